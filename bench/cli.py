@@ -1,0 +1,153 @@
+"""Command line: ``python -m bench {run,list,report}`` (also installed as ``dare-bench``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from bench.config import available_presets, expand_grid, load_preset, protocol_help
+from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
+from bench.errors import BenchError
+from bench.options import describe
+from methods import REGISTRY
+
+DEFAULT_OUT = "results"
+HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
+            ("auroc_pred_entropy", "AUROC entropy", 1, 3), ("auroc_mutual_info", "AUROC MI", 1, 3),
+            ("fpr95_pred_entropy", "FPR@95 entropy", 1, 3), ("train_seconds", "train s", 1, 1)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="dare-bench: compare ensemble methods for uncertainty "
+        "quantification (deep ensembles, DARE, MC dropout) on MNIST / Fashion-MNIST with OOD detection.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train and evaluate a grid of methods x options x seeds",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                         description="Train and evaluate every (method, option combination, seed). "
+                         "Values not given come from the preset. Results go to OUT/runs.jsonl "
+                         "(one record per finished run), OUT/runs.csv, OUT/summary.csv and PNG plots.")
+    add_run_arguments(run)
+
+    sub.add_parser("list", help="list registered methods with their options, and the presets")
+
+    report = sub.add_parser("report", help="rebuild the CSV tables (and plots) from the records in OUT")
+    report.add_argument("--out", default=DEFAULT_OUT, help="results folder to read and write")
+    report.add_argument("--no-plots", action="store_true", help="write only the CSV tables")
+    return parser
+
+
+def add_run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--preset", default="seed",
+                     help=f"protocol preset: a name ({', '.join(available_presets())}) or a .toml path")
+    run.add_argument("--methods", nargs="+", metavar="NAME",
+                     help=f"methods to run (registered: {', '.join(REGISTRY)}); default: the preset's")
+    run.add_argument("--seeds", nargs="+", metavar="SEED", help="run seeds; default: the preset's")
+    run.add_argument("-o", "--option", action="append", default=[], metavar="[METHOD.]NAME=V[,V...]",
+                     help="set a method option; a comma list makes a grid (e.g. dare.threshold=0.1,0.3; "
+                     "members=5 sets it for every selected method that has it). Repeatable. "
+                     "See `python -m bench list` for each method's options")
+    group = run.add_argument_group("protocol (override the preset; every value is recorded in each row)")
+    for name, _default, allowed, help_text in protocol_help():
+        group.add_argument(f"--{name.replace('_', '-')}", dest=f"protocol_{name}", metavar="V",
+                           help=f"{help_text} ({allowed})")
+    run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
+                     f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
+    run.add_argument("--out", default=DEFAULT_OUT, help="results folder")
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bench.runner import run_grid
+    from bench.store import RunStore
+
+    preset, values = load_preset(args.preset)
+    overrides = {k[len("protocol_"):]: v for k, v in vars(args).items()
+                 if k.startswith("protocol_") and v is not None}
+    configs = expand_grid(preset, values, args.methods, args.seeds, overrides, args.option)
+    data_dir = resolve_data_dir(args.data_dir)
+    store = RunStore(Path(args.out))
+    started = time.perf_counter()
+    try:
+        run_ids = run_grid(configs, data_dir, store, progress=not args.quiet)
+    except KeyboardInterrupt:
+        store.write_tables()
+        print(f"\ninterrupted: finished runs are kept in {store.out / 'runs.jsonl'}", file=sys.stderr)
+        return 130
+    wall = time.perf_counter() - started
+    runs, _ = store.write_tables()
+    finish(store, runs[runs["run_id"].isin(run_ids)], args.no_plots, configs)
+    print(f"{len(run_ids)} runs in {wall:.0f} s wall time; tables in {store.out}")
+    return 0
+
+
+def finish(store, runs, no_plots: bool, configs=None) -> None:
+    from bench.store import summarize
+
+    summary = summarize(runs)
+    print(format_summary(summary))
+    (store.out / "summary.md").write_text(format_summary(summary, markdown=True) + "\n")
+    if not no_plots:
+        from bench.data import DATASET_CLASSES
+        from bench.plots import plot_all
+        names = tuple(DATASET_CLASSES[runs["id_dataset"].iloc[0]].classes) if len(runs) else None
+        for path in plot_all(store, runs, names):
+            print(f"wrote {path}")
+
+
+def format_summary(summary, markdown: bool = False) -> str:
+    """The headline columns as 'mean ± std' per config."""
+    if summary.empty:
+        return "no finished runs"
+    header = ["variant", "n"] + [label for _, label, _, _ in HEADLINE]
+    lines = []
+    for _, row in summary.iterrows():
+        cells = [str(row["variant"]), f"{row['n']}" + (f" (+{row['n_diverged']} diverged)" if row["n_diverged"] else "")]
+        for col, _, scale, digits in HEADLINE:
+            mean, std = row.get(f"{col}_mean"), row.get(f"{col}_std")
+            cells.append("-" if mean != mean else f"{mean * scale:.{digits}f} ± {(std if std == std else 0) * scale:.{digits}f}")
+        lines.append(cells)
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
+    widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
+
+
+def cmd_list(_args) -> int:
+    print("methods (use -o METHOD.NAME=VALUE):")
+    for name, cls in REGISTRY.items():
+        print(f"  {name}: {cls.summary}")
+        for opt, default, allowed, help_text in describe(cls):
+            print(f"      {opt} = {default!r}  ({allowed}) {help_text}")
+    print("protocol values (flags of `run`):")
+    for opt, default, allowed, help_text in protocol_help():
+        print(f"  --{opt.replace('_', '-')} = {default!r}  ({allowed}) {help_text}")
+    print(f"presets: {', '.join(available_presets())}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from bench.store import RunStore
+    if not (Path(args.out) / "runs.jsonl").exists():
+        raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'runs.jsonl'})")
+    store = RunStore(Path(args.out))
+    runs, _ = store.write_tables()
+    finish(store, runs, args.no_plots)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)
+    except BenchError as exc:
+        print(f"dare-bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""One validated object describes one run: the protocol (data, model, optimiser), the method with
+its options, and the seed. Presets are plain TOML files of the same values (``bench/presets``)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from bench.errors import ConfigError
+from bench.options import (describe, option, parse_int, parse_int_tuple, parse_optional_float,
+                           parse_float, parse_str, validate)
+from methods import Method, get_method
+
+PRESET_DIR = Path(__file__).with_name("presets")
+# In-distribution dataset -> the OOD dataset whose *test* split is scored.
+DATASET_PAIRS = {"mnist": "fashion_mnist", "fashion_mnist": "mnist"}
+OOD_SPLIT = "test"  # fixed: never the OOD train split (a torch-uncertainty pitfall)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """Everything about a run except the method: shared by all methods compared in a table."""
+    id_dataset: str = option("mnist", parse_str, "mnist or fashion_mnist (OOD is the other one)",
+                             check=lambda v: v in DATASET_PAIRS, help="in-distribution dataset")
+    preprocess: str = option("raw", parse_str, "raw or standardize",
+                             check=lambda v: v in ("raw", "standardize"),
+                             help="raw [0,1] pixels, or standardise with the ID train mean/std")
+    val_size: int = option(1000, parse_int, "an integer >= 0", check=lambda v: v >= 0,
+                           help="training images held out as a validation split")
+    split_seed: int = option(0, parse_int, "an integer >= 0", check=lambda v: v >= 0,
+                             help="seed of the train/validation split")
+    hidden: tuple[int, ...] = option((256, 256), parse_int_tuple, "widths >= 1 such as 256-256",
+                                     check=lambda v: len(v) >= 1 and all(w >= 1 for w in v),
+                                     help="hidden layer widths of the MLP")
+    epochs: int = option(5, parse_int, "an integer >= 1", check=lambda v: v >= 1,
+                         help="maximum training epochs")
+    batch_size: int = option(256, parse_int, "an integer >= 1", check=lambda v: v >= 1,
+                             help="mini-batch size")
+    lr: float = option(1e-3, parse_float, "a number > 0", check=lambda v: 0 < v < float("inf"),
+                       help="Adam learning rate")
+    early_stop_acc: float | None = option(0.97, parse_optional_float, "a number in (0, 1], or none",
+                                          check=lambda v: v is None or 0 < v <= 1,
+                                          help="a member stops once its epoch train accuracy reaches this")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    method: str
+    method_options: dict[str, Any]
+    protocol: Protocol
+    seed: int
+    preset: str
+
+    def make_method(self) -> Method:
+        return get_method(self.method)(**self.method_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "method_options": dict(self.method_options),
+                "protocol": dataclasses.asdict(self.protocol), "seed": self.seed, "preset": self.preset}
+
+    @property
+    def run_id(self) -> str:
+        """Stable id from the full config (every default included)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=list)
+        return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    @property
+    def variant(self) -> str:
+        """Method plus its options, e.g. 'dare(members=3, threshold=0.3)': one line in a plot."""
+        opts = ", ".join(f"{k}={v}" for k, v in self.method_options.items())
+        return f"{self.method}({opts})"
+
+    def row(self) -> dict[str, Any]:
+        """Flat config columns for a results row: every value that can move a result."""
+        p = dataclasses.asdict(self.protocol)
+        p["hidden"] = "-".join(map(str, self.protocol.hidden))
+        return {"run_id": self.run_id, "method": self.method, "variant": self.variant,
+                "preset": self.preset, **self.method_options, **p,
+                "ood_dataset": DATASET_PAIRS[self.protocol.id_dataset], "ood_split": OOD_SPLIT,
+                "seed": self.seed}
+
+
+def make_protocol(values: dict[str, Any]) -> Protocol:
+    return Protocol(**validate(Protocol, values, "protocol"))
+
+
+def make_run_config(method: str, method_options: dict[str, Any], protocol: Protocol, seed: Any,
+                    preset: str = "custom") -> RunConfig:
+    cls = get_method(method)
+    options = validate(cls, method_options, f"method {method}")
+    try:
+        seed = parse_int(seed)
+    except (ValueError, TypeError):
+        raise ConfigError(f"seed={seed!r} is not valid; allowed: an integer >= 0") from None
+    if seed < 0:
+        raise ConfigError(f"seed={seed!r} is out of range; allowed: an integer >= 0")
+    return RunConfig(method, options, protocol, seed, preset)
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def load_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """A preset by name (bench/presets/NAME.toml) or path. Returns (name, values)."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESET_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ConfigError(f"unknown preset '{name_or_path}' (available: {', '.join(available_presets())},"
+                          " or a path to a .toml file)")
+    try:
+        values = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"preset {path}: not valid TOML ({exc})") from None
+    return path.stem, values
+
+
+def protocol_help() -> list[tuple[str, Any, str, str]]:
+    return describe(Protocol)
+
+
+PRESET_KEYS = {"seeds", "methods", "protocol", "method_options"}
+
+
+def parse_option_assignment(text: str) -> tuple[str | None, str, list[str]]:
+    """'dare.threshold=0.1,0.3' -> ('dare', 'threshold', ['0.1', '0.3']); 'members=5' -> (None, ...)."""
+    key, sep, values = text.partition("=")
+    if not sep or not key.strip() or not values.strip():
+        raise ConfigError(f"--option {text!r}: expected METHOD.NAME=VALUE[,VALUE...] or NAME=VALUE[,VALUE...]")
+    method, dot, name = key.strip().rpartition(".")
+    return (method if dot else None), name, [v.strip() for v in values.split(",")]
+
+
+def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] | None,
+                seeds: list[Any] | None, protocol_overrides: dict[str, Any],
+                option_assignments: list[str]) -> list[RunConfig]:
+    """Every (method, option combination, seed) run, validated before anything trains."""
+    unknown = sorted(set(preset_values) - PRESET_KEYS)
+    if unknown:
+        raise ConfigError(f"preset {preset}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(PRESET_KEYS))})")
+    protocol = make_protocol({**preset_values.get("protocol", {}), **protocol_overrides})
+    methods = methods or preset_values.get("methods") or []
+    seeds = seeds if seeds is not None else preset_values.get("seeds", [0])
+    if not methods:
+        raise ConfigError("no methods selected: pass --methods")
+    if not seeds:
+        raise ConfigError("no seeds selected: pass --seeds")
+    classes = {m: get_method(m) for m in dict.fromkeys(methods)}
+    grids: dict[str, dict[str, list[Any]]] = {
+        m: {k: [v] for k, v in preset_values.get("method_options", {}).get(m, {}).items()} for m in classes}
+    for text in option_assignments:
+        target, name, values = parse_option_assignment(text)
+        targets = [target] if target else [m for m, cls in classes.items()
+                                           if name in {f.name for f in dataclasses.fields(cls)}]
+        if target and target not in classes:
+            get_method(target)  # unknown name -> error listing the registered ones
+            raise ConfigError(f"--option {text!r}: method '{target}' is not among the selected methods")
+        if not targets:
+            raise ConfigError(f"--option {text!r}: no selected method has an option '{name}'")
+        for m in targets:
+            grids[m][name] = values
+    configs = []
+    for m in classes:
+        names = list(grids[m])
+        for combo in itertools.product(*(grids[m][n] for n in names)):
+            for seed in seeds:
+                configs.append(make_run_config(m, dict(zip(names, combo)), protocol, seed, preset))
+    return configs

@@ -1,0 +1,106 @@
+"""The one training loop. Every method trains here; a method only supplies its loss terms.
+
+All members of the stacked model train together in one batched computation. Each member keeps its
+own initialisation and data order (its own generators), its own optimiser state (Adam is
+element-wise, so one Adam over stacked tensors is M independent Adams) and its own early-stop
+decision; a member that has stopped is frozen and no longer changes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from bench.config import Protocol
+from bench.data import Split
+from bench.models import StackedMLP
+from bench.seeding import member_generator
+from methods.base import Method
+
+POSTFIX_EVERY = 20  # steps between progress-bar updates (each costs a host sync)
+
+
+class Diverged(Exception):
+    """A loss or a parameter became non-finite."""
+
+    def __init__(self, epoch: int):
+        super().__init__(f"non-finite loss or parameters in epoch {epoch}")
+        self.epoch = epoch
+
+
+@dataclasses.dataclass
+class TrainResult:
+    model: StackedMLP
+    epochs_run: list[int]        # per member: epochs trained before stopping
+    history: list[dict]          # per epoch and member: loss, accuracy, active
+    seconds: float
+
+
+def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed: int,
+          progress: bool = True, label: str = "") -> TrainResult:
+    start = time.perf_counter()
+    torch.manual_seed(seed)  # dropout masks
+    model = StackedMLP.for_seed(seed, method.n_networks, data.x.shape[1], protocol.hidden,
+                                n_classes, method.dropout_rate)
+    members, n = model.members, len(data)
+    params = list(model.parameters())
+    optimizer = torch.optim.Adam(params, lr=protocol.lr)
+    order_gens = [member_generator(seed, m, "data_order") for m in range(members)]
+    active = torch.ones(members, dtype=torch.bool)
+    frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
+    epochs_run = [protocol.epochs] * members
+    history: list[dict] = []
+    steps = math.ceil(n / protocol.batch_size)
+
+    for epoch in range(1, protocol.epochs + 1):
+        perms = torch.stack([torch.randperm(n, generator=g) for g in order_gens])  # (M, N)
+        loss_sum = torch.zeros(members)
+        correct = torch.zeros(members)
+        bar = tqdm(range(steps), desc=f"{label} epoch {epoch}/{protocol.epochs}", leave=False,
+                   disable=None if progress else True, unit="step")
+        for step in bar:
+            idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
+            xb, yb = data.x[idx], data.y[idx]  # (M, B, D), (M, B): each member its own batch
+            logits = model(xb, dropout=True)
+            task = method.task_loss(logits, yb)
+            penalty = method.penalty(model, task)
+            loss = task if penalty is None else task + penalty
+            optimizer.zero_grad(set_to_none=True)
+            (loss * active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
+            optimizer.step()
+            if frozen is not None:
+                with torch.no_grad():
+                    for p, keep in zip(params, frozen):
+                        p.copy_(torch.where(active.view(-1, *[1] * (p.dim() - 1)), p, keep))
+            with torch.no_grad():
+                loss_sum += task.detach() * idx.shape[1]
+                correct += (logits.argmax(-1) == yb).sum(dim=1)
+            if not bar.disable and (step % POSTFIX_EVERY == 0 or step == steps - 1):
+                seen = min((step + 1) * protocol.batch_size, n)
+                bar.set_postfix(loss=f"{float((loss_sum / seen)[active].mean()):.3f}",
+                                acc=f"{float((correct / seen)[active].mean()):.3f}",
+                                members=f"{int(active.sum())}/{members} active")
+        bar.close()
+
+        epoch_loss, epoch_acc = loss_sum / n, correct / n
+        if not bool(torch.isfinite(epoch_loss[active]).all()) or not all(
+                bool(torch.isfinite(p).all()) for p in params):
+            raise Diverged(epoch)
+        for m in range(members):
+            if active[m]:
+                history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[m]),
+                                "train_acc": float(epoch_acc[m])})
+        if protocol.early_stop_acc is not None:
+            stopping = active & (epoch_acc >= protocol.early_stop_acc)
+            if stopping.any():
+                for m in torch.nonzero(stopping).flatten().tolist():
+                    epochs_run[m] = epoch
+                active &= ~stopping
+                frozen = [p.detach().clone() for p in params]
+                if not active.any():
+                    break
+
+    return TrainResult(model, epochs_run, history, time.perf_counter() - start)
