@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The default benchmark: deep ensemble, DARE and MC dropout on the seed protocol (MNIST vs
-FashionMNIST test), seeds 0 1 2, everything written to results/.
+FashionMNIST test), seeds 0-4, everything written to results/.
 
 Any `python -m bench run` option can be appended, e.g. `python run_all.py --data-dir ../shared/data`.
 """

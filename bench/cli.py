@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from bench.config import available_presets, expand_grid, load_preset, protocol_help
 from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from bench.errors import BenchError
@@ -55,6 +57,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                            help=f"{help_text} ({allowed})")
     run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
                      f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
+    run.add_argument("--no-download", action="store_true",
+                     help="never download: fail at once if a dataset file is missing")
     run.add_argument("--out", default=DEFAULT_OUT, help="results folder")
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
@@ -72,19 +76,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = RunStore(Path(args.out))
     started = time.perf_counter()
     try:
-        run_ids = run_grid(configs, data_dir, store, progress=not args.quiet)
+        run_ids = run_grid(configs, data_dir, store, progress=not args.quiet, download=not args.no_download)
     except KeyboardInterrupt:
         store.write_tables()
         print(f"\ninterrupted: finished runs are kept in {store.out / 'runs.jsonl'}", file=sys.stderr)
         return 130
     wall = time.perf_counter() - started
     runs, _ = store.write_tables()
-    finish(store, runs[runs["run_id"].isin(run_ids)], args.no_plots, configs)
+    finish(store, runs[runs["run_id"].isin(run_ids)], args.no_plots)
     print(f"{len(run_ids)} runs in {wall:.0f} s wall time; tables in {store.out}")
     return 0
 
 
-def finish(store, runs, no_plots: bool, configs=None) -> None:
+def finish(store, runs, no_plots: bool) -> None:
     from bench.store import summarize
 
     summary = summarize(runs)
@@ -105,16 +109,22 @@ def format_summary(summary, markdown: bool = False) -> str:
     header = ["variant", "n"] + [label for _, label, _, _ in HEADLINE]
     lines = []
     for _, row in summary.iterrows():
-        cells = [str(row["variant"]), f"{row['n']}" + (f" (+{row['n_diverged']} diverged)" if row["n_diverged"] else "")]
-        for col, _, scale, digits in HEADLINE:
-            mean, std = row.get(f"{col}_mean"), row.get(f"{col}_std")
-            cells.append("-" if mean != mean else f"{mean * scale:.{digits}f} ± {(std if std == std else 0) * scale:.{digits}f}")
-        lines.append(cells)
+        n = f"{row['n']}" + (f" (+{row['n_diverged']} diverged)" if row["n_diverged"] else "")
+        lines.append([str(row["variant"]), n] + [
+            mean_std(row.get(f"{col}_mean"), row.get(f"{col}_std"), scale, digits)
+            for col, _, scale, digits in HEADLINE])
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
     widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
+
+
+def mean_std(mean, std, scale: float, digits: int) -> str:
+    if mean is None or pd.isna(mean):
+        return "-"
+    std = 0.0 if std is None or pd.isna(std) else std  # one seed: no spread to show
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
 
 
 def cmd_list(_args) -> int:

@@ -58,19 +58,22 @@ def _raw_dir(root: Path, dataset: str) -> Path:
 
 
 @functools.lru_cache(maxsize=8)
-def load_images(root: Path, dataset: str, train: bool) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
-    """(uint8 images (N, 28, 28), int64 labels, class names); downloads if the network allows."""
+def load_images(root: Path, dataset: str, train: bool, download: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
+    """(uint8 images (N, 28, 28), int64 labels, class names); downloads missing files if asked."""
     cls = DATASET_CLASSES[dataset]
     raw = _raw_dir(root, dataset)
     missing = [f for f in RAW_FILES if not (raw / f).is_file()]
     if missing:
+        hint = (f"pass --data-dir or set ${DATA_DIR_ENV} to a folder in torchvision's layout"
+                f" ({cls.__name__}/raw/<file>)")
+        if not download:
+            raise DataError(f"{dataset} not found in {raw} (missing {', '.join(missing)}); {hint}")
         try:
             cls(root=str(root), train=train, download=True)
         except Exception as exc:  # any download failure: say what is missing and where
-            raise DataError(
-                f"{dataset} not found in {raw} (missing {', '.join(missing)}) and download failed"
-                f" ({type(exc).__name__}); pass --data-dir or set ${DATA_DIR_ENV} to a folder in"
-                f" torchvision's layout") from None
+            raise DataError(f"{dataset} not found in {raw} (missing {', '.join(missing)}) and download"
+                            f" failed ({type(exc).__name__}); {hint}") from None
     try:
         ds = cls(root=str(root), train=train, download=False)
     except Exception as exc:
@@ -78,11 +81,11 @@ def load_images(root: Path, dataset: str, train: bool) -> tuple[torch.Tensor, to
     return ds.data, ds.targets.long(), tuple(ds.classes)
 
 
-def load_benchmark_data(protocol: Protocol, root: Path) -> BenchData:
+def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True) -> BenchData:
     id_name, ood_name = protocol.id_dataset, DATASET_PAIRS[protocol.id_dataset]
-    train_img, train_y, classes = load_images(root, id_name, True)
-    test_img, test_y, _ = load_images(root, id_name, False)
-    ood_img, ood_y, _ = load_images(root, ood_name, False)
+    train_img, train_y, classes = load_images(root, id_name, True, download)
+    test_img, test_y, _ = load_images(root, id_name, False, download)
+    ood_img, ood_y, _ = load_images(root, ood_name, False, download)
 
     if protocol.val_size >= len(train_y):
         raise DataError(f"val_size={protocol.val_size} leaves no training data ({len(train_y)} images)")

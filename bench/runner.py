@@ -52,7 +52,8 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True) -> tuple[
     return record, arrays
 
 
-def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, progress: bool = True) -> list[str]:
+def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, progress: bool = True,
+             download: bool = True) -> list[str]:
     """Run every config, storing each as soon as it finishes. Returns the run ids."""
     cache: dict = {}
     run_ids = []
@@ -61,7 +62,7 @@ def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, progress
         bar.set_postfix_str(f"{config.variant} seed {config.seed}")
         key = config.protocol
         if key not in cache:
-            cache[key] = load_benchmark_data(config.protocol, data_dir)
+            cache[key] = load_benchmark_data(config.protocol, data_dir, download)
         record, arrays = run_one(config, cache[key], progress=progress)
         store.add(record, arrays)
         run_ids.append(config.run_id)

@@ -64,29 +64,27 @@ class RunStore:
 
 
 def metric_columns(runs: pd.DataFrame) -> list[str]:
-    return [c for c in runs.columns if c.startswith(("id_", "ood_", "val_", "auroc_", "aupr_", "fpr95_"))
-            and c not in ("ood_dataset", "ood_split", "id_dataset")] + ["train_seconds"]
+    return [c for c in runs.columns
+            if c.startswith(("id_", "ood_", "val_", "auroc_", "aupr_", "fpr95_")) or c == "train_seconds"
+            if c not in ("ood_dataset", "ood_split", "id_dataset")]
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean, std and n over seeds for each config (every config column but the seed)."""
+    """Mean, std and n over seeds for each config (every config column but the seed).
+
+    Only runs with status ok enter the statistics; diverged ones are counted in n_diverged.
+    """
     if runs.empty:
         return pd.DataFrame()
     metrics = metric_columns(runs)
     keys = [c for c in runs.columns if c not in NON_CONFIG and c not in metrics]
-    ok = runs[runs["status"] == "ok"]
-    grouped = ok.groupby(keys, dropna=False, sort=False)
-    stats = grouped[metrics].agg(["mean", "std"])
-    stats.columns = [f"{m}_{s}" for m, s in stats.columns]
-    stats.insert(0, "n", grouped.size())
-    stats.insert(1, "seeds", grouped["seed"].agg(lambda s: " ".join(map(str, sorted(s)))))
-    diverged = runs[runs["status"] != "ok"].groupby(keys, dropna=False, sort=False).size()
-    out = stats.reset_index()
-    if len(diverged):  # configs where every seed diverged still get a row
-        div = diverged.rename("n_diverged").reset_index()
-        out = out.merge(div, on=keys, how="outer")
-    else:
-        out["n_diverged"] = 0
-    out["n"] = out["n"].fillna(0).astype(int)
-    out["n_diverged"] = out["n_diverged"].fillna(0).astype(int)
-    return out
+    ok = runs["status"] == "ok"
+    masked = runs[keys].assign(_ok=ok, _seed=runs["seed"].where(ok), **{m: runs[m].where(ok) for m in metrics})
+    grouped = masked.groupby(keys, dropna=False, sort=False)
+    out = grouped["_ok"].agg(n="sum", n_diverged=lambda s: int((~s).sum()))
+    out["seeds"] = grouped["_seed"].agg(lambda s: " ".join(str(int(v)) for v in sorted(s.dropna())))
+    if metrics:
+        stats = grouped[metrics].agg(["mean", "std"])
+        stats.columns = [f"{m}_{stat}" for m, stat in stats.columns]
+        out = out.join(stats)
+    return out.reset_index()

@@ -1,0 +1,103 @@
+import subprocess
+import sys
+
+import pytest
+
+from bench.cli import main
+from bench.config import expand_grid, load_preset, make_protocol, make_run_config
+from bench.errors import ConfigError
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "nope"], "unknown method 'nope' (registered: deep_ensemble, dare, mc_dropout)"),
+    (["-o", "dare.threshold=-1"], "method dare: threshold='-1' is out of range; allowed: a finite number >= 0"),
+    (["-o", "dare.threshold=inf"], "threshold='inf' is out of range"),
+    (["-o", "members=0"], "members='0' is out of range; allowed: an integer >= 1"),
+    (["-o", "mc_dropout.dropout=1"], "dropout='1' is out of range; allowed: a number in [0, 1)"),
+    (["-o", "mc_dropout.dropout=-0.1"], "dropout='-0.1' is out of range"),
+    (["-o", "mc_dropout.passes=0"], "passes='0' is out of range"),
+    (["-o", "dare.bogus=1"], "method dare: unknown option 'bogus' (known options: members, threshold)"),
+    (["-o", "dare.members=two"], "members='two' is not valid; allowed: an integer >= 1"),
+    (["-o", "threshold"], "expected METHOD.NAME=VALUE"),
+    (["--methods", "dare", "-o", "passes=3"], "no selected method has an option 'passes'"),
+    (["--epochs", "0"], "protocol: epochs='0' is out of range"),
+    (["--batch-size", "-4"], "protocol: batch_size='-4' is out of range"),
+    (["--id-dataset", "cifar10"], "id_dataset='cifar10' is out of range; allowed: mnist or fashion_mnist"),
+    (["--preprocess", "zscore"], "preprocess='zscore' is out of range"),
+    (["--seeds", "x"], "seed='x' is not valid"),
+    (["--preset", "nope"], "unknown preset 'nope'"),
+])
+def test_bad_input_is_one_clear_line_and_exit_code_2(args, message, capsys, tmp_path):
+    assert main(["run", "--out", str(tmp_path), "--no-download", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and err.startswith("dare-bench: error: ")
+
+
+def test_missing_data_directory_names_the_folder_and_files(tmp_path, capsys):
+    code = main(["run", "--data-dir", str(tmp_path / "none"), "--no-download", "--methods", "dare",
+                 "--seeds", "0", "--out", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"mnist not found in {tmp_path / 'none' / 'MNIST' / 'raw'}" in err
+    assert "train-images-idx3-ubyte" in err and "--data-dir" in err and "DARE_BENCH_DATA" in err
+
+
+def test_failed_download_is_one_line(tmp_path, capsys, monkeypatch):
+    import bench.data as data
+
+    class Offline:
+        __name__ = "MNIST"
+
+        def __init__(self, **kwargs):
+            raise OSError("network unreachable")
+
+    monkeypatch.setitem(data.DATASET_CLASSES, "mnist", Offline)
+    data.load_images.cache_clear()
+    code = main(["run", "--data-dir", str(tmp_path), "--methods", "dare", "--seeds", "0",
+                 "--out", str(tmp_path / "out"), "-q"])
+    assert code == 2
+    assert "and download failed (OSError)" in capsys.readouterr().err
+
+
+def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "-o", "dare.threshold=-1",
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_help_explains_every_option():
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    for flag in ("--preset", "--methods", "--seeds", "--option", "--data-dir", "--out", "--quiet",
+                 "--epochs", "--preprocess", "--early-stop-acc", "--hidden", "--val-size", "--no-download"):
+        assert flag in proc.stdout
+
+
+def test_grid_expansion_and_option_targets():
+    _, values = load_preset("seed")
+    configs = expand_grid("seed", values, ["dare", "deep_ensemble"], [0, 1], {"epochs": "2"},
+                          ["dare.threshold=0.1,0.3", "members=5"])
+    dare = [c for c in configs if c.method == "dare"]
+    assert len(dare) == 4 and {c.method_options["threshold"] for c in dare} == {0.1, 0.3}
+    assert all(c.method_options["members"] == 5 for c in configs)  # unprefixed: every method
+    assert all(c.protocol.epochs == 2 for c in configs)
+    assert len({c.run_id for c in configs}) == len(configs)
+
+
+def test_run_id_is_stable_and_covers_every_value():
+    p = make_protocol({})
+    a = make_run_config("dare", {}, p, 0)
+    assert a.run_id == make_run_config("dare", {"threshold": 0.3}, p, 0).run_id  # defaults filled in
+    assert a.run_id != make_run_config("dare", {"threshold": 0.31}, p, 0).run_id
+    assert a.run_id != make_run_config("dare", {}, make_protocol({"preprocess": "standardize"}), 0).run_id
+    assert a.run_id != make_run_config("dare", {}, p, 1).run_id
+
+
+def test_preset_with_an_unknown_key_is_rejected(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('seeds = [0]\nmethods = ["dare"]\nepochz = 3\n')
+    name, values = load_preset(str(path))
+    with pytest.raises(ConfigError, match="preset mine: unknown key 'epochz'"):
+        expand_grid(name, values, None, None, {}, [])

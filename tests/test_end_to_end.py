@@ -1,0 +1,93 @@
+"""The whole CLI on tiny synthetic IDX files: every method, two seeds, tables and plots."""
+import json
+
+import pandas as pd
+
+from bench.cli import main
+
+ARGS = ["--methods", "deep_ensemble", "dare", "mc_dropout", "--seeds", "0", "1", "--epochs", "3",
+        "--val-size", "50", "--early-stop-acc", "none", "--lr", "0.005", "-o", "members=2",
+        "-o", "mc_dropout.passes=3", "--no-download", "-q"]
+
+
+def test_cli_run_writes_records_tables_and_plots(tiny_data, tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 6 and set(runs["status"]) == {"ok"}
+    for col in ("method", "members", "threshold", "dropout", "passes", "id_dataset", "ood_dataset",
+                "ood_split", "preprocess", "epochs", "early_stop_acc", "batch_size", "lr", "hidden",
+                "seed", "train_seconds", "id_acc", "auroc_pred_entropy", "fpr95_one_minus_max_prob"):
+        assert col in runs.columns, col
+    assert set(runs["ood_split"]) == {"test"} and set(runs["ood_dataset"]) == {"fashion_mnist"}
+    assert (runs["id_acc"] > 0.5).all()  # the synthetic classes are learnable; chance is 0.1
+
+    summary = pd.read_csv(out / "summary.csv")
+    assert len(summary) == 3 and set(summary["n"]) == {2}
+    dare = summary[summary["method"] == "dare"].iloc[0]
+    seeds = runs[runs["method"] == "dare"]["auroc_pred_entropy"]
+    assert abs(dare["auroc_pred_entropy_mean"] - seeds.mean()) < 1e-12
+    assert abs(dare["auroc_pred_entropy_std"] - seeds.std(ddof=1)) < 1e-12
+
+    for name in ("comparison.png", "ood_histograms.png", "roc_curves.png", "summary.md",
+                 "top_uncertain_dare_members_2_threshold_0_3.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert "AUROC entropy" in capsys.readouterr().out
+
+    # a second invocation appends records; the newest record per run id wins, n stays 2
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots"]) == 0
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 12
+    assert set(pd.read_csv(out / "summary.csv")["n"]) == {2}
+
+
+def test_same_seed_gives_identical_metrics(tiny_data, tmp_path):
+    for name in ("a", "b"):
+        assert main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path / name), *ARGS, "--no-plots"]) == 0
+    a, b = (pd.read_csv(tmp_path / n / "runs.csv") for n in ("a", "b"))
+    pd.testing.assert_series_equal(a["auroc_pred_entropy"], b["auroc_pred_entropy"])
+    pd.testing.assert_series_equal(a["id_nll_nats"], b["id_nll_nats"])
+
+
+def test_a_diverged_run_is_recorded_and_the_grid_goes_on(tiny_data, tmp_path):
+    out = tmp_path / "results"
+    # lr 1e30: the first Adam step moves weights by ~1e30, logits overflow to inf/nan
+    code = main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "dare", "deep_ensemble",
+                 "--seeds", "0", "--epochs", "3", "--lr", "1e30", "--val-size", "50", "--no-download",
+                 "-q", "--no-plots"])
+    assert code == 0
+    records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [r["method"] for r in records] == ["dare", "deep_ensemble"]  # the grid went on
+    for r in records:
+        assert r["status"] == "diverged" and r["diverged_epoch"] >= 1 and "id_acc" not in r
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["n"]) == {0} and set(summary["n_diverged"]) == {1}
+
+
+def test_report_rebuilds_tables_from_records(tiny_data, tmp_path):
+    out = tmp_path / "results"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots"]) == 0
+    (out / "summary.csv").unlink()
+    with open(out / "runs.jsonl", "a") as f:
+        f.write('{"run_id": "trunc')  # a write killed half-way is skipped, not mixed in
+    assert main(["report", "--out", str(out)]) == 0
+    assert len(pd.read_csv(out / "summary.csv")) == 3
+    assert (out / "comparison.png").exists()
+
+
+def test_ctrl_c_keeps_every_finished_run(tiny_data, tmp_path, monkeypatch, capsys):
+    import bench.runner as runner
+
+    real_run_one, calls = runner.run_one, []
+
+    def interrupted_on_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_run_one(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_one", interrupted_on_third)
+    out = tmp_path / "results"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS]) == 130
+    assert "interrupted: finished runs are kept in" in capsys.readouterr().err
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 2 and set(runs["status"]) == {"ok"}

@@ -1,0 +1,91 @@
+import math
+
+import numpy as np
+import pytest
+
+from bench import metrics
+
+
+def test_entropy_in_bits_with_zero_log_zero():
+    assert metrics.entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
+    assert metrics.entropy_bits(np.array([1.0, 0.0, 0.0])) == pytest.approx(0.0)
+    assert metrics.entropy_bits(np.array([0.5, 0.5, 0.0])) == pytest.approx(1.0)
+
+
+def test_decomposition_of_two_confident_disagreeing_members():
+    probs = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])  # (S=2, N=1, K=2)
+    d = metrics.uncertainty_decomposition(probs)
+    assert d["pred_entropy"][0] == pytest.approx(1.0)      # mean is (0.5, 0.5)
+    assert d["expected_entropy"][0] == pytest.approx(0.0)  # each member is certain
+    assert d["mutual_info"][0] == pytest.approx(1.0)
+
+
+def test_decomposition_of_agreeing_members_has_no_mutual_information():
+    probs = np.array([[[0.5, 0.5]], [[0.5, 0.5]]])
+    d = metrics.uncertainty_decomposition(probs)
+    assert d["expected_entropy"][0] == pytest.approx(1.0)
+    assert d["mutual_info"][0] == pytest.approx(0.0)
+
+
+def test_probabilities_are_averaged_not_logits():
+    # member means (0.5, 0.5) -> the argmax tie goes to class 0; accuracy uses the mean
+    probs = np.array([[[0.9, 0.1]], [[0.2, 0.8]]])
+    out = metrics.classification_metrics(probs, np.array([0]), "id")
+    assert out["id_acc"] == 1.0  # mean (0.55, 0.45)
+    assert out["id_nll_nats"] == pytest.approx(-math.log(0.55))
+
+
+def test_nll_brier_accuracy_by_hand():
+    p = np.array([[0.5, 0.5], [0.9, 0.1]])
+    y = np.array([0, 1])
+    assert metrics.accuracy(p, y) == 0.5
+    assert metrics.nll(p, y) == pytest.approx(-(math.log(0.5) + math.log(0.1)) / 2)
+    # (0.25 + 0.25) and (0.81 + 0.81), averaged
+    assert metrics.brier(p, y) == pytest.approx((0.5 + 1.62) / 2)
+
+
+def test_nll_is_clamped_for_a_zero_probability():
+    assert metrics.nll(np.array([[1.0, 0.0]]), np.array([1])) == pytest.approx(-math.log(1e-12))
+
+
+def test_ece_by_hand_with_15_bins():
+    # two samples at confidence 0.9 (one right, one wrong) and one at 0.7 (right)
+    p = np.array([[0.9, 0.1], [0.9, 0.1], [0.7, 0.3]])
+    y = np.array([0, 1, 0])
+    expected = (2 / 3) * abs(0.5 - 0.9) + (1 / 3) * abs(1.0 - 0.7)
+    assert metrics.ece(p, y) == pytest.approx(expected)
+
+
+def test_ece_is_zero_when_confidence_matches_accuracy():
+    p = np.array([[1.0, 0.0]] * 4)
+    assert metrics.ece(p, np.zeros(4, dtype=int)) == pytest.approx(0.0)
+
+
+def test_ood_metrics_by_hand():
+    score_id = np.array([0.1, 0.2, 0.3, 0.4])
+    score_ood = np.array([0.35, 0.5, 0.6, 0.7])
+    m = metrics.ood_metrics(score_id, score_ood)
+    assert m["auroc"] == pytest.approx(15 / 16)  # only (0.35 OOD, 0.4 ID) is mis-ordered
+    # OOD ranked first: precisions 1, 1, 1 and 4/5 at the four OOD hits
+    assert m["aupr_out"] == pytest.approx((1 + 1 + 1 + 0.8) / 4)
+    assert m["aupr_in"] == pytest.approx((1 + 1 + 1 + 0.8) / 4)
+    # catching all 4 OOD (>= 95 %) needs threshold 0.35, which flags ID 0.4: 1 of 4
+    assert m["fpr95"] == pytest.approx(0.25)
+
+
+def test_ood_metrics_perfect_and_reversed():
+    perfect = metrics.ood_metrics(np.zeros(5), np.ones(5))
+    assert perfect["auroc"] == 1.0 and perfect["fpr95"] == 0.0
+    reversed_ = metrics.ood_metrics(np.ones(5), np.zeros(5))
+    assert reversed_["auroc"] == 0.0 and reversed_["fpr95"] == 1.0
+
+
+def test_evaluate_names_units_and_scores():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=(4, 20))
+    out, scores = metrics.evaluate(probs, rng.integers(0, 3, 20), probs[:, ::-1])
+    for col in ("id_pred_entropy_bits", "ood_mutual_info_bits", "id_nll_nats", "auroc_pred_entropy",
+                "fpr95_mutual_info", "aupr_in_one_minus_max_prob", "id_ece", "id_brier"):
+        assert col in out
+    assert set(scores) == {"pred_entropy", "mutual_info", "one_minus_max_prob"}
+    assert np.all(scores["mutual_info"][0] >= 0)
