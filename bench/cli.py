@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.config import available_presets, expand_grid, load_preset, protocol_help
+import torch
+
+from bench.config import (available_presets, expand_grid, load_preset, make_execution, make_protocol,
+                          make_run_config, protocol_help)
 from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from bench.errors import BenchError
 from bench.options import describe
@@ -35,6 +38,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list registered methods with their options, and the presets")
 
+    perf = sub.add_parser("perf", help="time the training loop against the seed-style loop and the matmul peak",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                          description="Train the same deep ensemble (no early stop) with (a) the seed "
+                          "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
+                          "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
+                          "Writes OUT/perf.csv. Compare the ratios within one run: timings are noisy.")
+    perf.add_argument("--members", default="3", help="ensemble members")
+    perf.add_argument("--epochs", default="5", help="epochs (fixed: no early stop)")
+    perf.add_argument("--batch-size", default="256", help="mini-batch size")
+    perf.add_argument("--hidden", default="256-256", help="hidden widths of the MLP")
+    perf.add_argument("--id-dataset", default="mnist", help="mnist or fashion_mnist")
+    perf.add_argument("--device", default="auto", help="device of the harness loop: auto, cpu, cuda, cuda:N")
+    perf.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
+    perf.add_argument("--skip-seed-loop", action="store_true", help="do not time the slow seed-style loop")
+    perf.add_argument("--peak-size", default="4096", help="matrix size n of the n x n torch.mm peak test")
+    perf.add_argument("--data-dir", help=f"dataset folder; default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR}")
+    perf.add_argument("--out", default=DEFAULT_OUT, help="folder for perf.csv")
+
     report = sub.add_parser("report", help="rebuild the CSV tables (and plots) from the records in OUT")
     report.add_argument("--out", default=DEFAULT_OUT, help="results folder to read and write")
     report.add_argument("--no-plots", action="store_true", help="write only the CSV tables")
@@ -55,6 +76,11 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     for name, _default, allowed, help_text in protocol_help():
         group.add_argument(f"--{name.replace('_', '-')}", dest=f"protocol_{name}", metavar="V",
                            help=f"{help_text} ({allowed})")
+    group = run.add_argument_group("execution (speed only: results do not depend on these)")
+    group.add_argument("--device", default="auto", help="auto (a GPU when present), cpu, cuda or cuda:N")
+    group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
+    group.add_argument("--no-vectorize", action="store_true",
+                       help="train an ensemble's members one after another instead of together")
     run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
                      f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
     run.add_argument("--no-download", action="store_true",
@@ -72,11 +98,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = {k[len("protocol_"):]: v for k, v in vars(args).items()
                  if k.startswith("protocol_") and v is not None}
     configs = expand_grid(preset, values, args.methods, args.seeds, overrides, args.option)
+    execution = make_execution({"device": args.device, "threads": args.threads,
+                                "vectorize": not args.no_vectorize})
+    execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     data_dir = resolve_data_dir(args.data_dir)
     store = RunStore(Path(args.out))
     started = time.perf_counter()
     try:
-        run_ids = run_grid(configs, data_dir, store, progress=not args.quiet, download=not args.no_download)
+        run_ids = run_grid(configs, data_dir, store, progress=not args.quiet, download=not args.no_download,
+                           execution=execution)
     except KeyboardInterrupt:
         store.write_tables()
         print(f"\ninterrupted: finished runs are kept in {store.out / 'runs.jsonl'}", file=sys.stderr)
@@ -140,6 +170,31 @@ def cmd_list(_args) -> int:
     return 0
 
 
+def cmd_perf(args) -> int:
+    from bench.data import load_images
+    from bench.options import parse_int_tuple
+    from bench.perf import Work, format_perf, run_perf
+
+    protocol = make_protocol({"epochs": args.epochs, "batch_size": args.batch_size, "hidden": args.hidden,
+                              "id_dataset": args.id_dataset})
+    members = make_run_config("deep_ensemble", {"members": args.members}, protocol, 0).method_options["members"]
+    execution = make_execution({"device": args.device, "threads": args.threads})
+    if execution.threads:
+        torch.set_num_threads(execution.threads)
+    try:
+        peak_size = parse_int_tuple(args.peak_size)[0]
+    except (ValueError, IndexError):
+        raise BenchError(f"--peak-size {args.peak_size!r}: expected an integer") from None
+    root = resolve_data_dir(args.data_dir)
+    load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
+    work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size,
+                hidden=protocol.hidden, dataset=protocol.id_dataset)
+    table = run_perf(work, root, Path(args.out), execution.torch_device(), args.skip_seed_loop, peak_size)
+    print(format_perf(table))
+    print(f"wrote {Path(args.out) / 'perf.csv'}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from bench.store import RunStore
     if not (Path(args.out) / "runs.jsonl").exists():
@@ -153,7 +208,7 @@ def cmd_report(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "list": cmd_list, "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "list": cmd_list, "perf": cmd_perf, "report": cmd_report}[args.command](args)
     except BenchError as exc:
         print(f"dare-bench: error: {exc}", file=sys.stderr)
         return 2

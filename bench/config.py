@@ -47,6 +47,38 @@ class Protocol:
                                           help="a member stops once its epoch train accuracy reaches this")
 
 
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "false", "no", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise ValueError
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How runs execute. Changes speed, never the meaning of a result, so not part of run_id."""
+    device: str = option("auto", parse_str, "auto, cpu, cuda or cuda:N",
+                         check=lambda v: v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()),
+                         help="where to train; auto picks a GPU when one is present")
+    threads: int | None = option(None, lambda v: None if v is None else parse_int(v), "an integer >= 1",
+                                 check=lambda v: v is None or v >= 1, help="CPU threads for torch (default: torch's)")
+    vectorize: bool = option(True, parse_bool, "true or false",
+                             help="train an ensemble's members together (false: one after another)")
+
+    def torch_device(self):
+        import torch
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"execution: device={self.device!r} but no CUDA GPU is available; use --device cpu or auto")
+        return torch.device(self.device)
+
+
+def make_execution(values: dict[str, Any]) -> Execution:
+    return Execution(**validate(Execution, values, "execution"))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     method: str

@@ -93,7 +93,7 @@ def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True) -
     val_idx, train_idx = order[:protocol.val_size], order[protocol.val_size:]
 
     def flat(images: torch.Tensor) -> torch.Tensor:
-        return images.reshape(len(images), -1).float().div_(255.0)
+        return images.flatten(1).float().div_(255.0)
 
     x_train = flat(train_img[train_idx])
     if protocol.preprocess == "standardize":

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench.config import RunConfig
+from bench.config import Execution, RunConfig
 from bench.data import BenchData, load_benchmark_data
 from bench.metrics import evaluate
 from bench.store import RunStore
@@ -18,20 +18,27 @@ from bench.train import Diverged, train
 TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
 
 
-def run_one(config: RunConfig, data: BenchData, progress: bool = True) -> tuple[dict, dict | None]:
+def run_one(config: RunConfig, data: BenchData, progress: bool = True,
+            execution: Execution = Execution()) -> tuple[dict, dict | None]:
     """Train and evaluate one run. Returns (record, arrays for plots) or (record, None) if it diverged."""
     method = config.make_method()
-    record = {**config.row(), "torch_version": torch.__version__, "numpy_version": np.__version__}
+    device = execution.torch_device()
+    if execution.threads:
+        torch.set_num_threads(execution.threads)
+    record = {**config.row(), "device": str(device), "vectorized": execution.vectorize,
+              "threads": torch.get_num_threads(), "torch_version": torch.__version__,
+              "numpy_version": np.__version__}
     try:
         result = train(method, config.protocol, data.train, data.n_classes, config.seed,
-                       progress=progress, label=f"{config.variant} seed {config.seed}")
+                       progress=progress, label=f"{config.variant} seed {config.seed}", device=device,
+                       vectorize=execution.vectorize)
     except Diverged as exc:
         record.update(status="diverged", diverged_epoch=exc.epoch, finished_at=_now())
         return record, None
 
     start = time.perf_counter()
     torch.manual_seed(config.seed)  # MC dropout's test-time masks
-    probs = {name: method.predict_proba(result.model, split.x).numpy()
+    probs = {name: method.predict_proba(result.model, split.x.to(device)).cpu().numpy()
              for name, split in (("val", data.val), ("id", data.test), ("ood", data.ood))}
     if not all(np.isfinite(p).all() for p in probs.values()):
         record.update(status="diverged", diverged_epoch=max(result.epochs_run), finished_at=_now())
@@ -53,7 +60,7 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True) -> tuple[
 
 
 def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, progress: bool = True,
-             download: bool = True) -> list[str]:
+             download: bool = True, execution: Execution = Execution()) -> list[str]:
     """Run every config, storing each as soon as it finishes. Returns the run ids."""
     cache: dict = {}
     run_ids = []
@@ -63,7 +70,7 @@ def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, progress
         key = config.protocol
         if key not in cache:
             cache[key] = load_benchmark_data(config.protocol, data_dir, download)
-        record, arrays = run_one(config, cache[key], progress=progress)
+        record, arrays = run_one(config, cache[key], progress=progress, execution=execution)
         store.add(record, arrays)
         run_ids.append(config.run_id)
         if progress:

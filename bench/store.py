@@ -15,7 +15,8 @@ from bench.errors import BenchError
 RECORDS = "runs.jsonl"
 # Columns that are not config: never group keys of the summary.
 NON_CONFIG = {"run_id", "seed", "status", "diverged_epoch", "epochs_run", "train_seconds",
-              "eval_seconds", "torch_version", "numpy_version", "finished_at"}
+              "eval_seconds", "device", "vectorized", "threads", "torch_version", "numpy_version",
+              "finished_at"}
 
 
 class RunStore:

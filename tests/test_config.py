@@ -101,3 +101,19 @@ def test_preset_with_an_unknown_key_is_rejected(tmp_path):
     name, values = load_preset(str(path))
     with pytest.raises(ConfigError, match="preset mine: unknown key 'epochz'"):
         expand_grid(name, values, None, None, {}, [])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "tpu"], "execution: device='tpu' is out of range; allowed: auto, cpu, cuda or cuda:N"),
+    (["--threads", "0"], "execution: threads='0' is out of range; allowed: an integer >= 1"),
+])
+def test_bad_execution_values(args, message, capsys, tmp_path):
+    assert main(["run", "--out", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cuda_without_a_gpu_is_one_line(capsys, tmp_path, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["run", "--out", str(tmp_path), "--device", "cuda"]) == 2
+    assert "no CUDA GPU is available" in capsys.readouterr().err

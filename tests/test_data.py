@@ -39,3 +39,8 @@ def test_standardize_uses_train_statistics_for_every_split(tiny_data):
     assert std.train.x.std().item() == pytest.approx(1.0, abs=1e-4)
     mean, sd = raw.train.x.mean(), raw.train.x.std()
     torch.testing.assert_close(std.ood.x, (raw.ood.x - mean) / sd)  # same transform on OOD
+
+
+def test_no_validation_split_is_allowed(tiny_data):
+    data = load_benchmark_data(make_protocol({"val_size": 0}), tiny_data, download=False)
+    assert len(data.train) == 300 and len(data.val) == 0 and data.val.x.shape == (0, 784)

@@ -30,7 +30,7 @@ def test_anti_regularizer_is_a_mean_of_logs_over_every_scalar_of_a_member():
 
 
 def test_dare_switch_is_per_member_and_inclusive_at_the_threshold():
-    model = StackedMLP.for_seed(0, 3, 4, (5,), 2)
+    model = StackedMLP.for_seed(0, [0, 1, 2], 4, (5,), 2)
     method = DARE(members=3, threshold=0.3)
     task = torch.tensor([0.2, 0.3, 0.31])
     penalty = method.penalty(model, task)
@@ -41,7 +41,7 @@ def test_dare_switch_is_per_member_and_inclusive_at_the_threshold():
 
 
 def test_dare_switch_uses_the_detached_loss():
-    model = StackedMLP.for_seed(0, 1, 4, (5,), 2)
+    model = StackedMLP.for_seed(0, [0], 4, (5,), 2)
     task = torch.tensor([0.1], requires_grad=True)
     DARE(members=1, threshold=1.0).penalty(model, task).sum().backward()
     assert task.grad is None  # the switch adds no gradient through the task loss

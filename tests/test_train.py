@@ -5,6 +5,7 @@ from bench.config import make_protocol
 from bench.data import Split
 from bench.train import Diverged, train
 from methods.base import Method
+from methods.dare import DARE
 from methods.deep_ensemble import DeepEnsemble
 
 
@@ -80,3 +81,45 @@ def test_divergence_is_reported_with_its_epoch():
     with pytest.raises(Diverged) as info:
         train(Exploding(members=1), protocol(), split(), 3, seed=0, progress=False)
     assert info.value.epoch == 1
+
+
+# lr 0.01: member losses fall from ~1.08 to ~0.43 over 4 epochs, so a DARE threshold of 0.6 is
+# crossed mid-training and the switch is on for some member-steps and off for others
+FAST = dict(lr=0.01)
+
+
+@pytest.mark.parametrize("method", [DeepEnsemble(members=3), DARE(members=3, threshold=0.6)],
+                         ids=["deep_ensemble", "dare"])
+def test_batched_and_sequential_paths_train_the_same_members(method):
+    data = split()
+    kw = dict(n_classes=3, seed=11, progress=False)
+    batched = train(method, protocol(**FAST), data, vectorize=True, **kw)
+    sequential = train(method, protocol(**FAST), data, vectorize=False, **kw)
+    for b, s in zip(batched.model.parameters(), sequential.model.parameters()):
+        torch.testing.assert_close(b, s, rtol=1e-4, atol=1e-5)
+    assert batched.epochs_run == sequential.epochs_run
+
+
+def test_dare_switch_fires_for_some_steps_only():
+    """Threshold between the members' losses: some steps on, some off, decided per member."""
+    data = split()
+    def weights(threshold):
+        return train(DARE(members=2, threshold=threshold), protocol(**FAST), data, 3, seed=11,
+                     progress=False).model.weights[0]
+    sometimes, never, always = weights(0.6), weights(0.0), weights(1e6)
+    assert not torch.allclose(sometimes, never)   # the switch fired at least once
+    assert not torch.allclose(sometimes, always)  # ... and was off at least once
+
+
+def test_per_member_early_stop_is_the_same_on_both_paths():
+    data = split()
+    first = train(DeepEnsemble(members=2), protocol(epochs=1), data, 3, seed=3, progress=False)
+    accs = sorted(h["train_acc"] for h in first.history)
+    target = (accs[0] + accs[1]) / 2  # one member stops after epoch 1, the other goes on
+    kw = dict(n_classes=3, seed=3, progress=False)
+    batched = train(DeepEnsemble(members=2), protocol(epochs=3, early_stop_acc=target), data, **kw)
+    sequential = train(DeepEnsemble(members=2), protocol(epochs=3, early_stop_acc=target), data,
+                       vectorize=False, **kw)
+    assert batched.epochs_run == sequential.epochs_run and sorted(batched.epochs_run)[0] == 1
+    for b, s in zip(batched.model.parameters(), sequential.model.parameters()):
+        torch.testing.assert_close(b, s, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,209 @@
+"""Training speed on identical work, measured in one process: ``python -m bench perf``.
+
+(a) the seed example's loop: torchvision DataLoader + ToTensor (PIL per image), members one after
+    another, torch.nn layers;
+(b) this harness's loop (bench.train), members stacked;
+(c) the machine's fp32 matrix-multiply peak (torch.mm on large square matrices);
+(d) torch-uncertainty's deep ensemble, when that optional peer is installed.
+
+Every path trains the same members x epochs x batches of MNIST's 60,000 training images with the
+same MLP, Adam and cross-entropy, with no early stop. Times vary from run to run on a shared
+machine, so the numbers to compare are the ratios within one run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch import nn
+
+from bench.config import make_protocol
+from bench.data import DATASET_CLASSES, load_benchmark_data
+from bench.train import train
+from methods.deep_ensemble import DeepEnsemble
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    members: int = 3
+    epochs: int = 5
+    batch_size: int = 256
+    hidden: tuple[int, ...] = (256, 256)
+    lr: float = 1e-3
+    dataset: str = "mnist"
+
+    def sizes(self, in_features: int = 784, classes: int = 10) -> list[int]:
+        return [in_features, *self.hidden, classes]
+
+
+def training_flops(work: Work, samples: int) -> float:
+    """Matmul FLOPs of training, counted from the layer shapes.
+
+    Per sample, member and Linear layer (in -> out): forward 2*in*out, weight gradient 2*in*out, and
+    input gradient 2*in*out for every layer but the first (the images need no gradient). Bias adds,
+    activations, the loss and Adam are left out: they are O(width), not O(width^2).
+    """
+    sizes = work.sizes()
+    layers = list(zip(sizes[:-1], sizes[1:]))
+    per_sample = sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
+    return float(per_sample) * samples * work.members * work.epochs
+
+
+def matmul_peak_gflops(n: int = 4096, repeats: int = 5) -> float:
+    """Best of ``repeats`` fp32 torch.mm of two n x n matrices, in GFLOP/s."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b  # warm-up: thread pool, page faults
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * n ** 3 / best / 1e9
+
+
+def seed_mlp(work: Work) -> nn.Module:
+    sizes = work.sizes()
+    layers: list[nn.Module] = [nn.Flatten()]
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        if i:
+            layers.append(nn.ReLU())
+        layers.append(nn.Linear(n_in, n_out))
+    return nn.Sequential(*layers)
+
+
+def seed_loader(work: Work, root: Path):
+    from torch.utils.data import DataLoader
+    from torchvision.transforms import ToTensor
+    dataset = DATASET_CLASSES[work.dataset](root=str(root), train=True, transform=ToTensor(), download=False)
+    return DataLoader(dataset, batch_size=work.batch_size, shuffle=True)
+
+
+def time_seed_loop(work: Work, root: Path, seed: int = 0) -> float:
+    """(a) The seed example's loop: DataLoader + ToTensor, members trained one after another."""
+    loader = seed_loader(work, root)
+    start = time.perf_counter()
+    for m in range(work.members):
+        torch.manual_seed(seed + m)
+        member = seed_mlp(work)
+        optimizer = torch.optim.Adam(member.parameters(), lr=work.lr)
+        for _ in range(work.epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = nn.functional.cross_entropy(member(x), y)
+                loss.backward()
+                optimizer.step()
+    return time.perf_counter() - start
+
+
+def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 0) -> tuple[float, float]:
+    """(b) bench.train on the same work. Returns (train seconds, one-off data decode seconds)."""
+    start = time.perf_counter()
+    protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
+                              "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
+                              "early_stop_acc": None})
+    data = load_benchmark_data(protocol, root, download=False)
+    load_seconds = time.perf_counter() - start
+    result = train(DeepEnsemble(members=work.members), protocol, data.train, data.n_classes, seed,
+                   progress=False, device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return result.seconds, load_seconds
+
+
+def torch_uncertainty_available() -> bool:
+    try:
+        import lightning  # noqa: F401
+        import torch_uncertainty  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def time_torch_uncertainty(work: Work, root: Path, seed: int = 0) -> float:
+    """(d) torch-uncertainty's deep ensemble, trained by its ClassificationRoutine under Lightning,
+    fed by the same DataLoader + ToTensor as (a) (what its MNIST datamodule does)."""
+    import lightning as L
+    try:
+        from torch_uncertainty.methods import deep_ensembles  # torch-uncertainty >= 0.13
+    except ImportError:
+        from torch_uncertainty.models import deep_ensembles
+    from torch_uncertainty.routines import ClassificationRoutine
+    from torch_uncertainty.transforms import RepeatTarget
+
+    torch.manual_seed(seed)
+    model = deep_ensembles([seed_mlp(work) for _ in range(work.members)], reset_model_parameters=True)
+    routine = ClassificationRoutine(model=model, num_classes=10, loss=nn.CrossEntropyLoss(), is_ensemble=True,
+                                    format_batch_fn=RepeatTarget(work.members),
+                                    optim_recipe=lambda m: torch.optim.Adam(m.parameters(), lr=work.lr))
+    trainer = L.Trainer(max_epochs=work.epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0)
+    loader = seed_loader(work, root)
+    start = time.perf_counter()
+    trainer.fit(routine, train_dataloaders=loader)
+    return time.perf_counter() - start
+
+
+def run_perf(work: Work, root: Path, out_dir: Path, device: torch.device, skip_seed_loop: bool = False,
+             peak_size: int = 4096, log=print) -> pd.DataFrame:
+    samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
+    flops = training_flops(work, samples)
+    log(f"work: {work.members} members x {work.epochs} epochs x {samples} images, batch {work.batch_size}, "
+        f"MLP {'-'.join(map(str, work.sizes()))}; {flops / 1e12:.3f} TFLOP of training matmuls")
+    log("measuring (c) fp32 matmul peak ...")
+    peak = matmul_peak_gflops(peak_size)
+    rows = []
+
+    def add(path: str, seconds: float | None, note: str = "") -> None:
+        rows.append({"path": path, "train_seconds": seconds, "note": note})
+        if seconds is not None:
+            log(f"  {path}: {seconds:.1f} s")
+
+    log("timing (b) harness loop ...")
+    harness_s, load_s = time_harness_loop(work, root, device)
+    add("harness", harness_s, f"bench.train, members stacked, device {device}; data decode {load_s:.1f} s once")
+    if skip_seed_loop:
+        add("seed_loop", None, "skipped (--skip-seed-loop)")
+    else:
+        log("timing (a) seed-style loop (the slow one) ...")
+        add("seed_loop", time_seed_loop(work, root), "DataLoader + ToTensor, members one after another")
+    if torch_uncertainty_available():
+        log("timing (d) torch-uncertainty deep ensemble ...")
+        add("torch_uncertainty", time_torch_uncertainty(work, root), "deep_ensembles + ClassificationRoutine")
+    else:
+        add("torch_uncertainty", None, "skipped: torch-uncertainty/lightning not installed "
+            "(pip install -e '.[peers]')")
+        log("  torch_uncertainty: skipped (not installed; pip install -e '.[peers]')")
+
+    table = pd.DataFrame(rows)
+    seed_s = table.set_index("path")["train_seconds"].get("seed_loop")
+    table["speedup_vs_seed_loop"] = seed_s / table["train_seconds"] if seed_s == seed_s and seed_s else None
+    table["train_tflop"] = flops / 1e12
+    table["achieved_gflops"] = flops / table["train_seconds"] / 1e9
+    table["matmul_peak_gflops"] = peak
+    table["fraction_of_peak"] = table["achieved_gflops"] / peak
+    for key, value in dataclasses.asdict(work).items():
+        table[key] = "-".join(map(str, value)) if isinstance(value, tuple) else value
+    table["threads"] = torch.get_num_threads()
+    table["torch_version"] = torch.__version__
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_dir / "perf.csv", index=False)
+    return table
+
+
+def format_perf(table: pd.DataFrame) -> str:
+    lines = [f"{'path':<18} {'train s':>8} {'speed-up':>9} {'GFLOP/s':>8} {'of peak':>8}"]
+    for _, r in table.iterrows():
+        if pd.isna(r["train_seconds"]):
+            lines.append(f"{r['path']:<18} {'skipped':>8}")
+            continue
+        speedup = "-" if pd.isna(r["speedup_vs_seed_loop"]) else f"{r['speedup_vs_seed_loop']:.2f}x"
+        lines.append(f"{r['path']:<18} {r['train_seconds']:>8.1f} {speedup:>9} {r['achieved_gflops']:>8.1f}"
+                     f" {r['fraction_of_peak']:>8.1%}")
+    lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s; "
+                 f"training work: {table['train_tflop'].iloc[0]:.3f} TFLOP "
+                 f"(= {table['train_tflop'].iloc[0] * 1e3 / table['matmul_peak_gflops'].iloc[0]:.1f} s at peak)")
+    return "\n".join(lines)

@@ -1,0 +1,33 @@
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.perf import Work, run_perf, training_flops
+
+
+def test_training_flops_by_hand():
+    work = Work(members=2, epochs=3, hidden=(4,))
+    # layers 784->4 and 4->10: fwd + weight grad 4*in*out each, input grad 2*in*out for the second only
+    per_sample = 4 * (784 * 4 + 4 * 10) + 2 * (4 * 10)
+    assert training_flops(work, samples=100) == per_sample * 100 * 2 * 3
+
+
+def test_perf_writes_a_table_of_the_same_work(tiny_data, tmp_path):
+    import torch
+    work = Work(members=2, epochs=1, batch_size=64, hidden=(8,))
+    table = run_perf(work, tiny_data, tmp_path, torch.device("cpu"), peak_size=256, log=lambda *_: None)
+    saved = pd.read_csv(tmp_path / "perf.csv")
+    assert list(saved["path"]) == ["harness", "seed_loop", "torch_uncertainty"]
+    rows = table.set_index("path")
+    harness, seed = rows.loc["harness"], rows.loc["seed_loop"]
+    assert harness["train_seconds"] > 0 and seed["train_seconds"] > 0
+    assert harness["speedup_vs_seed_loop"] == pytest.approx(seed["train_seconds"] / harness["train_seconds"])
+    assert harness["fraction_of_peak"] == pytest.approx(
+        training_flops(work, 300) / harness["train_seconds"] / 1e9 / harness["matmul_peak_gflops"])
+    tu = rows.loc["torch_uncertainty"]
+    assert tu["train_seconds"] > 0 or "skipped" in tu["note"]
+
+
+def test_perf_without_data_is_one_line(tmp_path, capsys):
+    assert main(["perf", "--data-dir", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "mnist not found in" in capsys.readouterr().err
