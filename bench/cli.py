@@ -32,8 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train and evaluate a grid of methods x options x seeds",
                          formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                          description="Train and evaluate every (method, option combination, seed). "
-                         "Values not given come from the preset. Results go to OUT/runs.jsonl "
-                         "(one record per finished run), OUT/runs.csv, OUT/summary.csv and PNG plots.")
+                         "Values not given come from the preset. Each finished run is saved at once as "
+                         "OUT/records/<run_id>.json; re-running the same command skips finished runs, so an "
+                         "interrupted grid resumes. Tables (OUT/runs.csv, OUT/summary.csv) and PNG plots are "
+                         "rebuilt from the records.")
     add_run_arguments(run)
 
     sub.add_parser("list", help="list registered methods with their options, and the presets")
@@ -81,6 +83,14 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")
+    group.add_argument("--jobs", default="1", metavar="N",
+                       help="runs at a time in local worker processes (1: in this process). Each worker "
+                       "gets cores // N threads unless --threads is given")
+    group.add_argument("--dask", metavar="ADDRESS",
+                       help="run on a Dask cluster: a scheduler address such as tcp://host:8786, or 'local' "
+                       "to start one of --jobs worker processes here. Workers must see --data-dir and --out")
+    run.add_argument("--force", action="store_true",
+                     help="redo runs that already have a finished record in OUT (default: skip them)")
     run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
                      f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
     run.add_argument("--no-download", action="store_true",
@@ -91,7 +101,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench.runner import run_grid
+    from bench.executors import Executor, run_grid
+    from bench.options import parse_int
     from bench.store import RunStore
 
     preset, values = load_preset(args.preset)
@@ -101,20 +112,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     execution = make_execution({"device": args.device, "threads": args.threads,
                                 "vectorize": not args.no_vectorize})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
+    try:
+        jobs = parse_int(args.jobs)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise BenchError(f"execution: jobs={args.jobs!r} is out of range; allowed: an integer >= 1")
+    executor = Executor(jobs=jobs, dask_address=args.dask)
     data_dir = resolve_data_dir(args.data_dir)
     store = RunStore(Path(args.out))
     started = time.perf_counter()
     try:
-        run_ids = run_grid(configs, data_dir, store, progress=not args.quiet, download=not args.no_download,
-                           execution=execution)
+        run_ids = run_grid(configs, data_dir, store, executor, execution, download=not args.no_download,
+                           progress=not args.quiet, force=args.force)
     except KeyboardInterrupt:
         store.write_tables()
-        print(f"\ninterrupted: finished runs are kept in {store.out / 'runs.jsonl'}", file=sys.stderr)
+        print(f"\ninterrupted: every finished run is saved in {store.records}; run the same command "
+              "again to resume", file=sys.stderr)
         return 130
     wall = time.perf_counter() - started
-    runs, _ = store.write_tables()
-    finish(store, runs[runs["run_id"].isin(run_ids)], args.no_plots)
-    print(f"{len(run_ids)} runs in {wall:.0f} s wall time; tables in {store.out}")
+    runs, _, problems = store.write_tables()
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    if len(runs):  # this grid's runs, in the grid's order (methods as given, then options, seeds)
+        order = {run_id: i for i, run_id in enumerate(run_ids)}
+        runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
+    finish(store, runs, args.no_plots)
+    print(f"{len(run_ids)} runs in the grid, {wall:.0f} s wall time; tables in {store.out}")
     return 0
 
 
@@ -197,10 +221,12 @@ def cmd_perf(args) -> int:
 
 def cmd_report(args) -> int:
     from bench.store import RunStore
-    if not (Path(args.out) / "runs.jsonl").exists():
-        raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'runs.jsonl'})")
+    if not any((Path(args.out) / "records").glob("*.json")):
+        raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
     store = RunStore(Path(args.out))
-    runs, _ = store.write_tables()
+    runs, _, problems = store.write_tables()
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
     finish(store, runs, args.no_plots)
     return 0
 

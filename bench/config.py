@@ -101,6 +101,10 @@ class RunConfig:
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     @property
+    def ood_dataset(self) -> str:
+        return DATASET_PAIRS[self.protocol.id_dataset]
+
+    @property
     def variant(self) -> str:
         """Method plus its options, e.g. 'dare(members=3, threshold=0.3)': one line in a plot."""
         opts = ", ".join(f"{k}={v}" for k, v in self.method_options.items())
@@ -112,7 +116,7 @@ class RunConfig:
         p["hidden"] = "-".join(map(str, self.protocol.hidden))
         return {"run_id": self.run_id, "method": self.method, "variant": self.variant,
                 "preset": self.preset, **self.method_options, **p,
-                "ood_dataset": DATASET_PAIRS[self.protocol.id_dataset], "ood_split": OOD_SPLIT,
+                "ood_dataset": self.ood_dataset, "ood_split": OOD_SPLIT,
                 "seed": self.seed}
 
 

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import datetime
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from bench.config import Execution, RunConfig
-from bench.data import BenchData, load_benchmark_data
+from bench.data import BenchData
 from bench.metrics import evaluate
-from bench.store import RunStore
 from bench.train import Diverged, train
 
 TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
@@ -25,7 +22,7 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True,
     device = execution.torch_device()
     if execution.threads:
         torch.set_num_threads(execution.threads)
-    record = {**config.row(), "device": str(device), "vectorized": execution.vectorize,
+    record = {**config.row(), "config": config.to_dict(), "device": str(device), "vectorized": execution.vectorize,
               "threads": torch.get_num_threads(), "torch_version": torch.__version__,
               "numpy_version": np.__version__}
     try:
@@ -59,27 +56,8 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True,
     return record, arrays
 
 
-def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, progress: bool = True,
-             download: bool = True, execution: Execution = Execution()) -> list[str]:
-    """Run every config, storing each as soon as it finishes. Returns the run ids."""
-    cache: dict = {}
-    run_ids = []
-    bar = tqdm(configs, desc="runs", unit="run", disable=None if progress else True)
-    for config in bar:
-        bar.set_postfix_str(f"{config.variant} seed {config.seed}")
-        key = config.protocol
-        if key not in cache:
-            cache[key] = load_benchmark_data(config.protocol, data_dir, download)
-        record, arrays = run_one(config, cache[key], progress=progress, execution=execution)
-        store.add(record, arrays)
-        run_ids.append(config.run_id)
-        if progress:
-            tqdm.write(run_line(record, config))
-    return run_ids
-
-
-def run_line(record: dict, config: RunConfig) -> str:
-    head = f"{config.variant} seed {config.seed}"
+def run_line(record: dict) -> str:
+    head = f"{record['variant']} seed {record['seed']}"
     if record["status"] != "ok":
         return f"{head}: {record['status']} in epoch {record['diverged_epoch']}"
     return (f"{head}: acc {record['id_acc']:.4f}  AUROC(entropy) {record['auroc_pred_entropy']:.4f}"

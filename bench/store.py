@@ -1,10 +1,21 @@
-"""Where results live. Each finished run is one JSON line in ``runs.jsonl`` (appended and flushed
-as soon as the run ends, so nothing finished is lost) plus its cached scores in
-``predictions/<run_id>.npz``. The CSV tables are always rebuilt from the records."""
+"""Where results live: one record file per finished run, written atomically, and tables rebuilt
+from the records.
+
+    OUT/records/<run_id>.json       config, status, metrics, timings, library versions
+    OUT/predictions/<run_id>.npz    cached per-sample scores that the plots are drawn from
+    OUT/runs.csv, OUT/summary.csv   rebuilt from the records after every grid
+
+A record is written to a temporary file and renamed into place (rename is atomic), after its
+scores, so a run killed at any moment leaves either a complete record or none. A grid skips runs
+whose record is complete; a corrupt or partial record is reported, left out of the tables, and
+its run is done again.
+"""
 from __future__ import annotations
 
 import json
 import os
+import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -12,56 +23,108 @@ import pandas as pd
 
 from bench.errors import BenchError
 
-RECORDS = "runs.jsonl"
+FINISHED = ("ok", "diverged")
 # Columns that are not config: never group keys of the summary.
 NON_CONFIG = {"run_id", "seed", "status", "diverged_epoch", "epochs_run", "train_seconds",
               "eval_seconds", "device", "vectorized", "threads", "torch_version", "numpy_version",
               "finished_at"}
 
 
+class CorruptRecord(Exception):
+    pass
+
+
+def _atomic_write(path: Path, write) -> None:
+    """write(file) into a temp file beside ``path``, fsync, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class RunStore:
     def __init__(self, out_dir: Path):
         self.out = Path(out_dir)
+        self.records = self.out / "records"
         self.predictions = self.out / "predictions"
         try:
+            self.records.mkdir(parents=True, exist_ok=True)
             self.predictions.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BenchError(f"cannot create output folder {self.out}: {exc.strerror}") from None
 
+    def record_path(self, run_id: str) -> Path:
+        return self.records / f"{run_id}.json"
+
     def add(self, record: dict, arrays: dict[str, np.ndarray] | None) -> None:
+        run_id = record["run_id"]
         if arrays is not None:  # scores first: a record never points at missing scores
-            tmp = self.predictions / f".{record['run_id']}.tmp.npz"
-            np.savez_compressed(tmp, **arrays)
-            os.replace(tmp, self.predictions / f"{record['run_id']}.npz")
-        with open(self.out / RECORDS, "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+            _atomic_write(self.predictions / f"{run_id}.npz", lambda f: np.savez_compressed(f, **arrays))
+        blob = json.dumps(record, indent=1).encode()
+        _atomic_write(self.record_path(run_id), lambda f: f.write(blob))
+
+    def load(self, run_id: str) -> dict:
+        """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason)."""
+        path = self.record_path(run_id)
+        text = path.read_text()
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
+            raise CorruptRecord("not valid JSON (a partial write?)") from None
+        if not isinstance(record, dict) or record.get("run_id") != run_id:
+            raise CorruptRecord("its run_id does not match its file name")
+        if record.get("status") not in FINISHED:
+            raise CorruptRecord(f"unknown status {record.get('status')!r}")
+        if record["status"] == "ok":
+            if not isinstance(record.get("id_acc"), (int, float)):
+                raise CorruptRecord("status ok but no metrics")
+            scores = self.predictions / f"{run_id}.npz"
+            if not scores.is_file() or not zipfile.is_zipfile(scores):
+                raise CorruptRecord(f"its scores {scores} are missing or unreadable")
+        return record
+
+    def check(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
+        """(run ids with a complete record, one problem line per corrupt record)."""
+        finished, problems = set(), []
+        for run_id in run_ids:
+            try:
+                self.load(run_id)
+                finished.add(run_id)
+            except FileNotFoundError:
+                pass
+            except CorruptRecord as exc:
+                problems.append(f"record {self.record_path(run_id)} is corrupt ({exc}); its run will be redone")
+        return finished, problems
+
+    def scan(self) -> tuple[list[dict], list[str]]:
+        """Every complete record in the store, and one problem line per corrupt one."""
+        records, problems = [], []
+        for path in sorted(self.records.glob("*.json")):
+            try:
+                records.append(self.load(path.stem))
+            except CorruptRecord as exc:
+                problems.append(f"record {path} is corrupt ({exc}); left out of the tables")
+        return records, problems
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
         with np.load(self.predictions / f"{run_id}.npz") as z:
             return dict(z)
 
-    def runs(self) -> pd.DataFrame:
-        """All records, the newest per run_id. A truncated last line (a killed write) is skipped."""
-        path = self.out / RECORDS
-        rows = []
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        if not rows:
-            return pd.DataFrame()
-        return pd.DataFrame(rows).drop_duplicates("run_id", keep="last").reset_index(drop=True)
-
-    def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        runs = self.runs()
+    def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+        records, problems = self.scan()
+        runs = pd.DataFrame([{k: v for k, v in r.items() if k != "config"} for r in records])
+        if not runs.empty:
+            runs = runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
         summary = summarize(runs)
         runs.to_csv(self.out / "runs.csv", index=False)
         summary.to_csv(self.out / "summary.csv", index=False)
-        return runs, summary
+        return runs, summary, problems
 
 
 def metric_columns(runs: pd.DataFrame) -> list[str]:

@@ -34,9 +34,14 @@ def test_cli_run_writes_records_tables_and_plots(tiny_data, tmp_path, capsys):
         assert (out / name).stat().st_size > 0, name
     assert "AUROC entropy" in capsys.readouterr().out
 
-    # a second invocation appends records; the newest record per run id wins, n stays 2
-    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots"]) == 0
-    assert len((out / "runs.jsonl").read_text().splitlines()) == 12
+    # the same command again finds every run finished and trains nothing; --force redoes them
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
+    assert len(stamps) == 6
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS[:-1], "--no-plots"]) == 0
+    assert "6 of 6 runs already finished" in capsys.readouterr().out
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots", "--force"]) == 0
+    assert all(p.stat().st_mtime_ns != stamps[p.name] for p in (out / "records").glob("*.json"))
     assert set(pd.read_csv(out / "summary.csv")["n"]) == {2}
 
 
@@ -55,8 +60,8 @@ def test_a_diverged_run_is_recorded_and_the_grid_goes_on(tiny_data, tmp_path):
                  "--seeds", "0", "--epochs", "3", "--lr", "1e30", "--val-size", "50", "--no-download",
                  "-q", "--no-plots"])
     assert code == 0
-    records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert [r["method"] for r in records] == ["dare", "deep_ensemble"]  # the grid went on
+    records = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
+    assert sorted(r["method"] for r in records) == ["dare", "deep_ensemble"]  # the grid went on
     for r in records:
         assert r["status"] == "diverged" and r["diverged_epoch"] >= 1 and "id_acc" not in r
     summary = pd.read_csv(out / "summary.csv")
@@ -67,17 +72,17 @@ def test_report_rebuilds_tables_from_records(tiny_data, tmp_path):
     out = tmp_path / "results"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots"]) == 0
     (out / "summary.csv").unlink()
-    with open(out / "runs.jsonl", "a") as f:
-        f.write('{"run_id": "trunc')  # a write killed half-way is skipped, not mixed in
+    (out / "records" / "0123456789ab.json").write_text('{"run_id": "trunc')  # a half-written record
     assert main(["report", "--out", str(out)]) == 0
     assert len(pd.read_csv(out / "summary.csv")) == 3
+    assert len(pd.read_csv(out / "runs.csv")) == 6  # the corrupt one is left out
     assert (out / "comparison.png").exists()
 
 
-def test_ctrl_c_keeps_every_finished_run(tiny_data, tmp_path, monkeypatch, capsys):
-    import bench.runner as runner
+def test_ctrl_c_keeps_every_finished_run_and_the_same_command_resumes(tiny_data, tmp_path, monkeypatch, capsys):
+    import bench.executors as executors
 
-    real_run_one, calls = runner.run_one, []
+    real_run_one, calls = executors.run_one, []
 
     def interrupted_on_third(*args, **kwargs):
         calls.append(1)
@@ -85,9 +90,15 @@ def test_ctrl_c_keeps_every_finished_run(tiny_data, tmp_path, monkeypatch, capsy
             raise KeyboardInterrupt
         return real_run_one(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "run_one", interrupted_on_third)
+    monkeypatch.setattr(executors, "run_one", interrupted_on_third)
     out = tmp_path / "results"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS]) == 130
-    assert "interrupted: finished runs are kept in" in capsys.readouterr().err
+    assert "interrupted: every finished run is saved in" in capsys.readouterr().err
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 2 and set(runs["status"]) == {"ok"}
+
+    calls.clear()
+    monkeypatch.setattr(executors, "run_one", lambda *a, **k: (calls.append(1), real_run_one(*a, **k))[1])
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots"]) == 0
+    assert len(calls) == 4  # only the unfinished runs were trained
+    assert len(pd.read_csv(out / "runs.csv")) == 6

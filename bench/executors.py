@@ -1,0 +1,112 @@
+"""Where the runs of a grid execute: in this process, in local worker processes, or on a Dask
+cluster. All three go through joblib, so no scheduler is written here. Each task trains one run
+and writes its own record (atomically) before returning, so a finished run is on disk even if the
+process that asked for it dies.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from pathlib import Path
+from typing import Iterator
+
+from bench.config import Execution, RunConfig
+from bench.data import load_benchmark_data
+from bench.errors import BenchError
+from bench.runner import run_one
+from bench.store import RunStore
+
+
+def run_and_store(config: RunConfig, data_dir: Path, out_dir: Path, execution: Execution,
+                  download: bool, progress: bool) -> dict:
+    """One task, the same in every executor: load data (cached per process), train, evaluate, store."""
+    data = load_benchmark_data(config.protocol, data_dir, download)
+    record, arrays = run_one(config, data, progress=progress, execution=execution)
+    RunStore(out_dir).add(record, arrays)
+    return record
+
+
+@dataclasses.dataclass(frozen=True)
+class Executor:
+    """jobs == 1 and no dask address: in this process. jobs > 1: local worker processes (loky).
+    dask_address: a Dask scheduler address ('tcp://host:8786'), or 'local' for a LocalCluster of
+    ``jobs`` single-threaded worker processes on this machine."""
+    jobs: int = 1
+    dask_address: str | None = None
+
+    @property
+    def in_process(self) -> bool:
+        return self.jobs == 1 and self.dask_address is None
+
+    def worker_execution(self, execution: Execution) -> Execution:
+        """Workers share the cores: unless told, each gets cores // jobs threads."""
+        if self.in_process or execution.threads:
+            return execution
+        return dataclasses.replace(execution, threads=max(1, (os.cpu_count() or 1) // self.jobs))
+
+    def map(self, configs: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
+            download: bool, progress: bool) -> Iterator[dict]:
+        """Run every config; yield each record as its run finishes (in completion order)."""
+        if self.in_process:
+            for config in configs:
+                yield run_and_store(config, data_dir, out_dir, execution, download, progress)
+            return
+        from joblib import Parallel, delayed, parallel_config
+
+        execution = self.worker_execution(execution)
+        tasks = (delayed(run_and_store)(c, data_dir, out_dir, execution, download, False) for c in configs)
+        with self._backend() as (backend, n_jobs):
+            with parallel_config(backend=backend, n_jobs=n_jobs):
+                yield from Parallel(return_as="generator_unordered")(tasks)
+
+    @contextlib.contextmanager
+    def _backend(self):
+        if self.dask_address is None:
+            yield "loky", self.jobs
+            return
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError:
+            raise BenchError("--dask needs dask.distributed: pip install -e '.[cluster]'") from None
+        if self.dask_address == "local":
+            with LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True,
+                              dashboard_address=None) as cluster, Client(cluster):
+                yield "dask", -1
+        else:
+            try:
+                client = Client(self.dask_address, timeout=10)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise BenchError(f"cannot reach the Dask scheduler at {self.dask_address}: {exc}") from None
+            with client:
+                yield "dask", -1
+
+
+def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, executor: Executor = Executor(),
+             execution: Execution = Execution(), download: bool = True, progress: bool = True,
+             force: bool = False, log=None) -> list[str]:
+    """Run every config not already finished in ``store`` (all of them with force). Returns the
+    grid's run ids, finished before or now."""
+    from tqdm.auto import tqdm
+
+    from bench.data import check_dataset_files
+    from bench.runner import run_line
+
+    log = log or (lambda line: tqdm.write(line))
+    configs = list({c.run_id: c for c in configs}.values())  # a grid may name a run twice
+    finished, problems = store.check([c.run_id for c in configs])
+    for problem in problems:
+        log(f"warning: {problem}")
+    todo = [c for c in configs if force or c.run_id not in finished]
+    if len(todo) < len(configs):
+        log(f"{len(configs) - len(todo)} of {len(configs)} runs already finished in {store.records}: "
+            "skipped (--force redoes them)")
+    for dataset in dict.fromkeys(d for c in todo for d in (c.protocol.id_dataset, c.ood_dataset)):
+        check_dataset_files(data_dir, dataset, download)  # fail in the first second, not in a worker
+    bar = tqdm(total=len(todo), desc="runs", unit="run", disable=None if progress else True)
+    for record in executor.map(todo, data_dir, store.out, execution, download, progress):
+        bar.update()
+        if progress:
+            log(run_line(record))
+    bar.close()
+    return [c.run_id for c in configs]

@@ -1,0 +1,176 @@
+"""Runs that survive: resume after SIGINT/SIGKILL, corrupt records, data integrity, and the same
+records whatever the order or the executor."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.data import check_dataset_files
+from bench.errors import DataError
+from idx import write_both
+
+GRID = ["--methods", "deep_ensemble", "mc_dropout", "--seeds", "0", "1", "2", "--epochs", "60",
+        "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "-o", "passes=3",
+        "--no-download", "--no-plots"]
+METRICS = ["run_id", "id_acc", "id_nll_nats", "auroc_pred_entropy", "auroc_mutual_info", "fpr95_pred_entropy"]
+
+
+def metrics(out: Path) -> pd.DataFrame:
+    return pd.read_csv(out / "runs.csv")[METRICS].sort_values("run_id").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_data, tmp_path_factory):
+    """The grid run once, uninterrupted, in this process."""
+    out = tmp_path_factory.mktemp("reference")
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
+    return metrics(out)
+
+
+def start_grid(tiny_data, out):
+    return subprocess.Popen([sys.executable, "-m", "bench", "run", "--data-dir", str(tiny_data),
+                             "--out", str(out), "-q", *GRID], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_records(out: Path, n: int, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if len(list((out / "records").glob("*.json"))) >= n:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"grid ended early: {proc.stderr.read()}")
+        time.sleep(0.05)
+    pytest.fail("no record appeared in time")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path, reference):
+    out = tmp_path / "out"
+    proc = start_grid(tiny_data, out)
+    wait_for_records(out, 2, proc)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    done = {p.stem for p in (out / "records").glob("*.json")}
+    assert 2 <= len(done) < 6, "the grid must be stopped mid-way for this test to mean anything"
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "run the same command again to resume" in proc.stderr.read()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
+
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished runs were not redone
+    assert not list((out / "records").glob(".*.tmp")) or sig == signal.SIGKILL
+    pd.testing.assert_frame_equal(metrics(out), reference)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "wrong_id", "no_scores", "bad_status"])
+def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, reference, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
+    run_id = reference["run_id"][0]
+    path = out / "records" / f"{run_id}.json"
+    record = json.loads(path.read_text())
+    if damage == "garbage":
+        path.write_text(path.read_text()[:40])
+    elif damage == "wrong_id":
+        path.write_text(json.dumps({**record, "run_id": "somethingelse"}))
+    elif damage == "no_scores":
+        (out / "predictions" / f"{run_id}.npz").unlink()
+    else:
+        path.write_text(json.dumps({**record, "status": "running"}))
+    capsys.readouterr()
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: record {path} is corrupt" in captured.out + captured.err
+    assert "5 of 6 runs already finished" in captured.out
+    pd.testing.assert_frame_equal(metrics(out), reference)  # redone, identical
+
+
+def test_grid_order_does_not_change_results(tiny_data, tmp_path, reference):
+    reversed_grid = GRID.copy()
+    i = reversed_grid.index("--seeds")
+    reversed_grid[i + 1:i + 4] = ["2", "1", "0"]
+    j = reversed_grid.index("--methods")
+    reversed_grid[j + 1:j + 3] = ["mc_dropout", "deep_ensemble"]
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *reversed_grid]) == 0
+    pd.testing.assert_frame_equal(metrics(out), reference)
+
+
+def test_worker_processes_give_the_same_records(tiny_data, tmp_path, reference):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", "--jobs", "2", *GRID]) == 0
+    pd.testing.assert_frame_equal(metrics(out), reference)
+    assert set(pd.read_csv(out / "runs.csv")["threads"]) == {max(1, (os.cpu_count() or 1) // 2)}
+
+
+def test_dask_cluster_gives_the_same_records(tiny_data, tmp_path, reference):
+    pytest.importorskip("dask.distributed")
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", "--dask", "local",
+                 "--jobs", "2", *GRID]) == 0
+    pd.testing.assert_frame_equal(metrics(out), reference)
+
+
+def test_dask_scheduler_address_that_answers_nothing_is_one_line(tiny_data, tmp_path, capsys):
+    pytest.importorskip("dask.distributed")
+    code = main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path), "-q", "--dask",
+                 "tcp://127.0.0.1:9", *GRID])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
+def test_bad_jobs_value(jobs, tmp_path, capsys):
+    assert main(["run", "--out", str(tmp_path), "--jobs", jobs]) == 2
+    assert f"execution: jobs='{jobs}' is out of range" in capsys.readouterr().err
+
+
+@pytest.fixture
+def own_data(tmp_path):
+    return write_both(tmp_path / "data")
+
+
+def test_truncated_file_is_named(own_data):
+    path = own_data / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(DataError, match=f"{path} is truncated or corrupt: its header promises"):
+        check_dataset_files(own_data, "mnist", download=False)
+
+
+def test_file_that_is_not_idx_is_named(own_data):
+    path = own_data / "FashionMNIST" / "raw" / "train-labels-idx1-ubyte"
+    path.write_bytes(b"<html>404</html>")
+    with pytest.raises(DataError, match=f"{path} is corrupt: not an IDX labels file"):
+        check_dataset_files(own_data, "fashion_mnist", download=False)
+
+
+def test_images_and_labels_must_agree(own_data):
+    from idx import write_idx_labels
+    import numpy as np
+    write_idx_labels(own_data / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", np.zeros(7, dtype=int))
+    with pytest.raises(DataError, match="t10k images and labels disagree in count"):
+        check_dataset_files(own_data, "mnist", download=False)
+
+
+def test_official_sized_file_with_a_wrong_checksum_is_named(own_data):
+    import struct
+    path = own_data / "MNIST" / "raw" / "t10k-labels-idx1-ubyte"
+    path.write_bytes(struct.pack(">ii", 2049, 10000) + bytes(10000))  # official size, wrong bytes
+    with pytest.raises(DataError, match=f"{path} is corrupt: md5 differs from the official file's"):
+        check_dataset_files(own_data, "mnist", download=False)
+
+
+def test_corrupt_data_through_the_cli_is_one_line(own_data, tmp_path, capsys):
+    path = own_data / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    path.write_bytes(path.read_bytes()[:1000])
+    assert main(["run", "--data-dir", str(own_data), "--out", str(tmp_path / "out"), "-q", *GRID]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path} is truncated or corrupt" in err
