@@ -101,8 +101,7 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench.executors import Executor, run_grid
-    from bench.options import parse_int
+    from bench.executors import make_executor, run_grid
     from bench.store import RunStore
 
     preset, values = load_preset(args.preset)
@@ -112,13 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     execution = make_execution({"device": args.device, "threads": args.threads,
                                 "vectorize": not args.no_vectorize})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
-    try:
-        jobs = parse_int(args.jobs)
-    except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise BenchError(f"execution: jobs={args.jobs!r} is out of range; allowed: an integer >= 1")
-    executor = Executor(jobs=jobs, dask_address=args.dask)
+    executor = make_executor({"jobs": args.jobs, "dask_address": args.dask})
     data_dir = resolve_data_dir(args.data_dir)
     store = RunStore(Path(args.out))
     started = time.perf_counter()
@@ -196,7 +189,7 @@ def cmd_list(_args) -> int:
 
 def cmd_perf(args) -> int:
     from bench.data import load_images
-    from bench.options import parse_int_tuple
+    from bench.options import parse_int
     from bench.perf import Work, format_perf, run_perf
 
     protocol = make_protocol({"epochs": args.epochs, "batch_size": args.batch_size, "hidden": args.hidden,
@@ -206,9 +199,11 @@ def cmd_perf(args) -> int:
     if execution.threads:
         torch.set_num_threads(execution.threads)
     try:
-        peak_size = parse_int_tuple(args.peak_size)[0]
-    except (ValueError, IndexError):
-        raise BenchError(f"--peak-size {args.peak_size!r}: expected an integer") from None
+        peak_size = parse_int(args.peak_size)
+    except ValueError:
+        peak_size = 0
+    if peak_size < 1:
+        raise BenchError(f"perf: peak_size={args.peak_size!r} is not valid; allowed: an integer >= 1")
     root = resolve_data_dir(args.data_dir)
     load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
     work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size,

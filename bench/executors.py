@@ -14,6 +14,7 @@ from typing import Iterator
 from bench.config import Execution, RunConfig
 from bench.data import load_benchmark_data
 from bench.errors import BenchError
+from bench.options import option, parse_int, parse_str, validate
 from bench.runner import run_one
 from bench.store import RunStore
 
@@ -32,8 +33,11 @@ class Executor:
     """jobs == 1 and no dask address: in this process. jobs > 1: local worker processes (loky).
     dask_address: a Dask scheduler address ('tcp://host:8786'), or 'local' for a LocalCluster of
     ``jobs`` single-threaded worker processes on this machine."""
-    jobs: int = 1
-    dask_address: str | None = None
+    jobs: int = option(1, parse_int, "an integer >= 1", check=lambda v: v >= 1,
+                       help="runs at a time in local worker processes")
+    dask_address: str | None = option(None, lambda v: None if v is None else parse_str(v),
+                                      "a scheduler address such as tcp://host:8786, or local",
+                                      check=lambda v: v is None or bool(v), help="Dask scheduler")
 
     @property
     def in_process(self) -> bool:
@@ -80,6 +84,10 @@ class Executor:
                 raise BenchError(f"cannot reach the Dask scheduler at {self.dask_address}: {exc}") from None
             with client:
                 yield "dask", -1
+
+
+def make_executor(values: dict) -> Executor:
+    return Executor(**validate(Executor, values, "execution"))
 
 
 def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, executor: Executor = Executor(),

@@ -91,7 +91,3 @@ class StackedMLP(nn.Module):
                     h = F.dropout(h, self.dropout, training=True)
             h = member_linear(h, weight, bias)
         return h
-
-    def num_member_parameters(self) -> int:
-        """Trainable scalars of one member (DARE's d)."""
-        return sum(p[0].numel() for p in self.parameters())

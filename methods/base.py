@@ -52,6 +52,3 @@ class Method:
     def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
         """Softmax of each member (no dropout): (members, N, K)."""
         return self.logits(model, x).softmax(dim=-1)
-
-    def options(self) -> dict:
-        return dataclasses.asdict(self)

@@ -127,10 +127,11 @@ def test_dask_scheduler_address_that_answers_nothing_is_one_line(tiny_data, tmp_
     assert code == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("jobs", ["0", "-1", "two"])
-def test_bad_jobs_value(jobs, tmp_path, capsys):
+@pytest.mark.parametrize("jobs, problem", [("0", "is out of range"), ("-1", "is out of range"),
+                                           ("two", "is not valid")])
+def test_bad_jobs_value(jobs, problem, tmp_path, capsys):
     assert main(["run", "--out", str(tmp_path), "--jobs", jobs]) == 2
-    assert f"execution: jobs='{jobs}' is out of range" in capsys.readouterr().err
+    assert f"execution: jobs='{jobs}' {problem}; allowed: an integer >= 1" in capsys.readouterr().err
 
 
 @pytest.fixture
