@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -89,6 +90,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     group.add_argument("--dask", metavar="ADDRESS",
                        help="run on a Dask cluster: a scheduler address such as tcp://host:8786, or 'local' "
                        "to start one of --jobs worker processes here. Workers must see --data-dir and --out")
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate the grid and list its runs (finished or to do), train nothing")
     run.add_argument("--force", action="store_true",
                      help="redo runs that already have a finished record in OUT (default: skip them)")
     run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
@@ -114,6 +117,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     executor = make_executor({"jobs": args.jobs, "dask_address": args.dask})
     data_dir = resolve_data_dir(args.data_dir)
     store = RunStore(Path(args.out))
+    if args.dry_run:
+        finished, problems = store.check([c.run_id for c in configs])
+        for config in configs:
+            state = "finished" if config.run_id in finished and not args.force else "to do"
+            print(f"{config.run_id}  {state:<8}  {config.variant} seed {config.seed}")
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        todo = sum(c.run_id not in finished or args.force for c in configs)
+        print(f"{len(configs)} runs in the grid, {todo} to do")
+        return 0
     started = time.perf_counter()
     try:
         run_ids = run_grid(configs, data_dir, store, executor, execution, download=not args.no_download,
@@ -233,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"dare-bench: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

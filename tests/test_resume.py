@@ -175,3 +175,16 @@ def test_corrupt_data_through_the_cli_is_one_line(own_data, tmp_path, capsys):
     assert main(["run", "--data-dir", str(own_data), "--out", str(tmp_path / "out"), "-q", *GRID]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path} is truncated or corrupt" in err
+
+
+def test_dry_run_lists_the_grid_and_trains_nothing(tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--dry-run", *GRID]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "6 runs in the grid, 6 to do" and sum("to do" in line for line in lines[:-1]) == 6
+    assert not list((out / "records").glob("*.json"))
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID[:4], "0",
+                 *GRID[7:]]) == 0  # seed 0 only
+    capsys.readouterr()
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--dry-run", *GRID]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "6 runs in the grid, 4 to do"
