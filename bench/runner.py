@@ -52,7 +52,7 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True,
               for name, (s_id, s_ood) in scores.items() for split in ("id", "ood")}
     arrays.update(id_pred=mean_id.argmax(1).astype(np.int16), id_conf=mean_id.max(1).astype(np.float32),
                   id_label=data.test.y.numpy().astype(np.int16), top_index=top,
-                  top_images=data.test_images[top].numpy(), top_probs=mean_id[top].astype(np.float32))
+                  top_images=data.test_images[top].numpy())
     return record, arrays
 
 
