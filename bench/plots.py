@@ -51,6 +51,9 @@ def _comparison(out: Path, runs, variants, colors) -> Path:
               ("auroc_mutual_info", "OOD AUROC (mutual info)"), ("id_ece", "ID ECE (15 bins)")]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.55 * len(variants) + 2.2),
                              sharey=True)
+    # seaborn jitters strip plots with numpy's global RNG: fix it so the same records give the same PNG
+    rng_state = np.random.get_state()
+    np.random.seed(0)
     for ax, (col, title) in zip(axes, panels):
         sns.stripplot(data=runs, y="variant", x=col, hue="variant", order=variants, palette=colors,
                       size=5, alpha=0.55, jitter=0.12, ax=ax, legend=False)
@@ -62,6 +65,7 @@ def _comparison(out: Path, runs, variants, colors) -> Path:
         ax.set_title(title)
         ax.set_xlabel("")
         ax.set_ylabel("")
+    np.random.set_state(rng_state)
     n = runs.groupby("variant").size()
     fig.suptitle(f"diamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); dots: single seeds", y=1.02)
     fig.tight_layout()

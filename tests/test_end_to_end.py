@@ -76,7 +76,9 @@ def test_report_rebuilds_tables_from_records(tiny_data, tmp_path):
     assert main(["report", "--out", str(out)]) == 0
     assert len(pd.read_csv(out / "summary.csv")) == 3
     assert len(pd.read_csv(out / "runs.csv")) == 6  # the corrupt one is left out
-    assert (out / "comparison.png").exists()
+    first = (out / "comparison.png").read_bytes()
+    assert main(["report", "--out", str(out)]) == 0
+    assert (out / "comparison.png").read_bytes() == first  # same records, same picture
 
 
 def test_ctrl_c_keeps_every_finished_run_and_the_same_command_resumes(tiny_data, tmp_path, monkeypatch, capsys):
