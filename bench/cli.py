@@ -122,8 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for config in configs:
             state = "finished" if config.run_id in finished and not args.force else "to do"
             print(f"{config.run_id}  {state:<8}  {config.variant} seed {config.seed}")
-        for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
+        warn(problems)
         todo = sum(c.run_id not in finished or args.force for c in configs)
         print(f"{len(configs)} runs in the grid, {todo} to do")
         return 0
@@ -138,14 +137,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     wall = time.perf_counter() - started
     runs, _, problems = store.write_tables()
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+    warn(problems)
     if len(runs):  # this grid's runs, in the grid's order (methods as given, then options, seeds)
         order = {run_id: i for i, run_id in enumerate(run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
     finish(store, runs, args.no_plots)
     print(f"{len(run_ids)} runs in the grid, {wall:.0f} s wall time; tables in {store.out}")
     return 0
+
+
+def warn(problems: list[str]) -> None:
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
 
 
 def finish(store, runs, no_plots: bool) -> None:
@@ -202,7 +205,7 @@ def cmd_list(_args) -> int:
 
 def cmd_perf(args) -> int:
     from bench.data import load_images
-    from bench.options import parse_int
+    from bench.options import validate
     from bench.perf import Work, format_perf, run_perf
 
     protocol = make_protocol({"epochs": args.epochs, "batch_size": args.batch_size, "hidden": args.hidden,
@@ -211,17 +214,12 @@ def cmd_perf(args) -> int:
     execution = make_execution({"device": args.device, "threads": args.threads})
     if execution.threads:
         torch.set_num_threads(execution.threads)
-    try:
-        peak_size = parse_int(args.peak_size)
-    except ValueError:
-        peak_size = 0
-    if peak_size < 1:
-        raise BenchError(f"perf: peak_size={args.peak_size!r} is not valid; allowed: an integer >= 1")
+    peak = validate(Work, {"peak_size": args.peak_size}, "perf")
     root = resolve_data_dir(args.data_dir)
     load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
     work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size,
-                hidden=protocol.hidden, dataset=protocol.id_dataset)
-    table = run_perf(work, root, Path(args.out), execution.torch_device(), args.skip_seed_loop, peak_size)
+                hidden=protocol.hidden, dataset=protocol.id_dataset, **peak)
+    table = run_perf(work, root, Path(args.out), execution.torch_device(), args.skip_seed_loop)
     print(format_perf(table))
     print(f"wrote {Path(args.out) / 'perf.csv'}")
     return 0
@@ -233,8 +231,7 @@ def cmd_report(args) -> int:
         raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
     store = RunStore(Path(args.out))
     runs, _, problems = store.write_tables()
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+    warn(problems)
     finish(store, runs, args.no_plots)
     return 0
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from bench.config import make_protocol
 from bench.data import DATASET_CLASSES, load_benchmark_data
+from bench.options import option, parse_int
 from bench.train import train
 from methods.deep_ensemble import DeepEnsemble
 
@@ -34,6 +35,8 @@ class Work:
     hidden: tuple[int, ...] = (256, 256)
     lr: float = 1e-3
     dataset: str = "mnist"
+    peak_size: int = option(4096, parse_int, "an integer >= 1", check=lambda v: v >= 1,
+                            help="matrix size n of the n x n torch.mm peak test")
 
     def sizes(self, in_features: int = 784, classes: int = 10) -> list[int]:
         return [in_features, *self.hidden, classes]
@@ -148,13 +151,13 @@ def time_torch_uncertainty(work: Work, root: Path, seed: int = 0) -> float:
 
 
 def run_perf(work: Work, root: Path, out_dir: Path, device: torch.device, skip_seed_loop: bool = False,
-             peak_size: int = 4096, log=print) -> pd.DataFrame:
+             log=print) -> pd.DataFrame:
     samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
     flops = training_flops(work, samples)
     log(f"work: {work.members} members x {work.epochs} epochs x {samples} images, batch {work.batch_size}, "
         f"MLP {'-'.join(map(str, work.sizes()))}; {flops / 1e12:.3f} TFLOP of training matmuls")
     log("measuring (c) fp32 matmul peak ...")
-    peak = matmul_peak_gflops(peak_size)
+    peak = matmul_peak_gflops(work.peak_size)
     rows = []
 
     def add(path: str, seconds: float | None, note: str = "") -> None:

@@ -14,8 +14,8 @@ def test_training_flops_by_hand():
 
 def test_perf_writes_a_table_of_the_same_work(tiny_data, tmp_path):
     import torch
-    work = Work(members=2, epochs=1, batch_size=64, hidden=(8,))
-    table = run_perf(work, tiny_data, tmp_path, torch.device("cpu"), peak_size=256, log=lambda *_: None)
+    work = Work(members=2, epochs=1, batch_size=64, hidden=(8,), peak_size=256)
+    table = run_perf(work, tiny_data, tmp_path, torch.device("cpu"), log=lambda *_: None)
     saved = pd.read_csv(tmp_path / "perf.csv")
     assert list(saved["path"]) == ["harness", "seed_loop", "torch_uncertainty"]
     rows = table.set_index("path")
