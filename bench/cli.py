@@ -18,10 +18,12 @@ from bench.errors import BenchError
 from bench.options import describe
 from methods import REGISTRY
 
-DEFAULT_OUT = "results"
+RESULTS = "results"  # a preset's results go to results/<preset> unless --out says otherwise
+DEFAULT_REPORT_OUT = f"{RESULTS}/seed"
+# (column, title, scale, digits); {score} is each row's primary score, {set} each OOD set
 HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
-            ("auroc_pred_entropy", "AUROC entropy", 1, 3), ("auroc_mutual_info", "AUROC MI", 1, 3),
-            ("fpr95_pred_entropy", "FPR@95 entropy", 1, 3), ("train_seconds", "train s", 1, 1)]
+            ("auroc_{score}_vs_{set}", "AUROC vs {set}", 1, 3), ("fpr95_{score}_vs_{set}", "FPR@95 vs {set}", 1, 3),
+            ("train_seconds", "train s", 1, 1)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,21 +49,37 @@ def build_parser() -> argparse.ArgumentParser:
                           "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
                           "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
                           "Writes OUT/perf.csv. Compare the ratios within one run: timings are noisy.")
-    perf.add_argument("--members", default="3", help="ensemble members")
+    perf.add_argument("--preset", help="take the MLP, batch size, dataset and member count from this preset "
+                      "(e.g. paper-fmnist); the flags below override it")
+    perf.add_argument("--members", help="ensemble members (default 3, or the preset's)")
     perf.add_argument("--epochs", default="5", help="epochs (fixed: no early stop)")
-    perf.add_argument("--batch-size", default="256", help="mini-batch size")
-    perf.add_argument("--hidden", default="256-256", help="hidden widths of the MLP")
-    perf.add_argument("--id-dataset", default="mnist", help="mnist or fashion_mnist")
+    perf.add_argument("--batch-size", help="mini-batch size (default 256, or the preset's)")
+    perf.add_argument("--hidden", help="hidden widths of the MLP (default 256-256, or the preset's)")
+    perf.add_argument("--id-dataset", help="mnist or fashion_mnist (default mnist, or the preset's)")
     perf.add_argument("--device", default="auto", help="device of the harness loop: auto, cpu, cuda, cuda:N")
     perf.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
     perf.add_argument("--skip-seed-loop", action="store_true", help="do not time the slow seed-style loop")
     perf.add_argument("--peak-size", default="4096", help="matrix size n of the n x n torch.mm peak test")
     perf.add_argument("--data-dir", help=f"dataset folder; default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR}")
-    perf.add_argument("--out", default=DEFAULT_OUT, help="folder for perf.csv")
+    perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
 
-    report = sub.add_parser("report", help="rebuild the CSV tables (and plots) from the records in OUT")
-    report.add_argument("--out", default=DEFAULT_OUT, help="results folder to read and write")
+    report = sub.add_parser("report", help="rebuild the CSV tables (and plots) from the records in OUT",
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
     report.add_argument("--no-plots", action="store_true", help="write only the CSV tables")
+
+    from bench.paper import available_tables
+    paper = sub.add_parser("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                           description="Rows: the configs in OUT whose in-distribution set matches, matched to "
+                           "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
+                           "accuracy and AUROC per OOD set (each row's own score) as mean ± std (n), beside the "
+                           "published mean ± std and the difference in published stds. Writes "
+                           "OUT/paper_table.csv, .md and .png.")
+    paper.add_argument("--out", default=f"{RESULTS}/paper-fmnist", help="results folder to read and write")
+    paper.add_argument("--published", default="dare_table3",
+                       help=f"published table: a name ({', '.join(available_tables())}) or a CSV path")
+    paper.add_argument("--in-distribution", help="in-distribution set (default: the one in OUT)")
     return parser
 
 
@@ -98,13 +116,13 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                      f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
     run.add_argument("--no-download", action="store_true",
                      help="never download: fail at once if a dataset file is missing")
-    run.add_argument("--out", default=DEFAULT_OUT, help="results folder")
+    run.add_argument("--out", help=f"results folder (default: {RESULTS}/<preset name>)")
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from bench.executors import make_executor, run_grid
+    from bench.executors import make_executor, run_grid, with_references
     from bench.store import RunStore
 
     preset, values = load_preset(args.preset)
@@ -116,15 +134,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     executor = make_executor({"jobs": args.jobs, "dask_address": args.dask})
     data_dir = resolve_data_dir(args.data_dir)
-    store = RunStore(Path(args.out))
+    store = RunStore(Path(args.out or f"{RESULTS}/{preset}"))
     if args.dry_run:
-        finished, problems = store.check([c.run_id for c in configs])
-        for config in configs:
+        first, then = with_references(configs)
+        finished, problems = store.check([c.run_id for c in first + then])
+        for config in first + then:
             state = "finished" if config.run_id in finished and not args.force else "to do"
-            print(f"{config.run_id}  {state:<8}  {config.variant} seed {config.seed}")
+            role = "  (reference)" if config not in configs else ""
+            print(f"{config.run_id}  {state:<8}  {config.variant} seed {config.seed}{role}")
         warn(problems)
-        todo = sum(c.run_id not in finished or args.force for c in configs)
-        print(f"{len(configs)} runs in the grid, {todo} to do")
+        todo = sum(c.run_id not in finished or args.force for c in first + then)
+        print(f"{len(first + then)} runs in the grid, {todo} to do")
         return 0
     started = time.perf_counter()
     try:
@@ -136,12 +156,12 @@ def cmd_run(args: argparse.Namespace) -> int:
               "again to resume", file=sys.stderr)
         return 130
     wall = time.perf_counter() - started
-    runs, _, problems = store.write_tables()
+    runs, _, keys, problems = store.write_tables()
     warn(problems)
     if len(runs):  # this grid's runs, in the grid's order (methods as given, then options, seeds)
         order = {run_id: i for i, run_id in enumerate(run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-    finish(store, runs, args.no_plots)
+    finish(store, runs, keys, args.no_plots, values.get("compare_to"))
     print(f"{len(run_ids)} runs in the grid, {wall:.0f} s wall time; tables in {store.out}")
     return 0
 
@@ -151,12 +171,17 @@ def warn(problems: list[str]) -> None:
         print(f"warning: {problem}", file=sys.stderr)
 
 
-def finish(store, runs, no_plots: bool) -> None:
+def finish(store, runs, keys: list[str], no_plots: bool, compare_to: str | None = None) -> None:
+    """Summary table (printed and summary.md), plots, and the paper table when the preset names one."""
     from bench.store import summarize
 
-    summary = summarize(runs)
+    summary = summarize(runs, keys)
     print(format_summary(summary))
     (store.out / "summary.md").write_text(format_summary(summary, markdown=True) + "\n")
+    for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
+        print(f"error recorded: {error}", file=sys.stderr)
+    if compare_to and not summary.empty:
+        paper_table(store, runs, summary, compare_to)
     if not no_plots:
         from bench.data import DATASET_CLASSES
         from bench.plots import plot_all
@@ -165,17 +190,41 @@ def finish(store, runs, no_plots: bool) -> None:
             print(f"wrote {path}")
 
 
+def paper_table(store, runs, summary, published: str, in_distribution: str | None = None) -> None:
+    """Write and print the runs beside a published table (see bench.paper)."""
+    from bench.paper import format_markdown, write_paper_table
+    skipped = sorted({s for v in runs.get("ood_skipped", pd.Series(dtype=object)).dropna()
+                      for s in str(v).split("; ") if s})
+    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped)
+    print(format_markdown(table))
+    for path in files:
+        print(f"wrote {path}")
+
+
+def headline(summary) -> list[tuple[str, str, float, int]]:
+    """HEADLINE with {set} expanded to the OOD sets present; {score} stays per row."""
+    sets = list(dict.fromkeys(s for v in summary.get("ood_sets", []) for s in str(v).split()))
+    out = []
+    for col, title, scale, digits in HEADLINE:
+        for s in (sets if "{set}" in col else [None]):
+            out.append((col.replace("{set}", s or ""), title.replace("{set}", s or ""), scale, digits))
+    return out
+
+
 def format_summary(summary, markdown: bool = False) -> str:
-    """The headline columns as 'mean ± std' per config."""
+    """The headline columns as 'mean ± std' per config; AUROC/FPR by each row's primary score."""
     if summary.empty:
         return "no finished runs"
-    header = ["variant", "n"] + [label for _, label, _, _ in HEADLINE]
+    columns = headline(summary)
+    header = ["variant", "n", "score"] + [title for _, title, _, _ in columns]
     lines = []
     for _, row in summary.iterrows():
-        n = f"{row['n']}" + (f" (+{row['n_diverged']} diverged)" if row["n_diverged"] else "")
-        lines.append([str(row["variant"]), n] + [
-            mean_std(row.get(f"{col}_mean"), row.get(f"{col}_std"), scale, digits)
-            for col, _, scale, digits in HEADLINE])
+        n = f"{row['n']}" + "".join(f" (+{row[f'n_{k}']} {k})" for k in ("diverged", "error") if row.get(f"n_{k}"))
+        score = row.get("primary_score", "pred_entropy")
+        lines.append([str(row["variant"]), n, score] + [
+            mean_std(row.get(f"{col.replace('{score}', score)}_mean"),
+                     row.get(f"{col.replace('{score}', score)}_std"), scale, digits)
+            for col, _, scale, digits in columns])
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
@@ -191,6 +240,7 @@ def mean_std(mean, std, scale: float, digits: int) -> str:
 
 
 def cmd_list(_args) -> int:
+    from bench.config import OOD_SETS
     print("methods (use -o METHOD.NAME=VALUE):")
     for name, cls in REGISTRY.items():
         print(f"  {name}: {cls.summary}")
@@ -199,6 +249,8 @@ def cmd_list(_args) -> int:
     print("protocol values (flags of `run`):")
     for opt, default, allowed, help_text in protocol_help():
         print(f"  --{opt.replace('_', '-')} = {default!r}  ({allowed}) {help_text}")
+    print("OOD sets (--ood-sets), per in-distribution set: "
+          + "; ".join(f"{k}: {', '.join(v)} (default {v[0]})" for k, v in OOD_SETS.items()))
     print(f"presets: {', '.join(available_presets())}")
     return 0
 
@@ -208,9 +260,13 @@ def cmd_perf(args) -> int:
     from bench.options import validate
     from bench.perf import Work, format_perf, run_perf
 
-    protocol = make_protocol({"epochs": args.epochs, "batch_size": args.batch_size, "hidden": args.hidden,
-                              "id_dataset": args.id_dataset})
-    members = make_run_config("deep_ensemble", {"members": args.members}, protocol, 0).method_options["members"]
+    preset = load_preset(args.preset)[1] if args.preset else {}
+    # the work of a preset: its MLP, batch size and dataset, and its deep ensemble's member count
+    shape = {k: v for k, v in preset.get("protocol", {}).items() if k in ("batch_size", "hidden", "id_dataset")}
+    flags = {"batch_size": args.batch_size, "hidden": args.hidden, "id_dataset": args.id_dataset}
+    protocol = make_protocol({**shape, **{k: v for k, v in flags.items() if v is not None}, "epochs": args.epochs})
+    members = args.members or preset.get("method_options", {}).get("deep_ensemble", {}).get("members", 3)
+    members = make_run_config("deep_ensemble", {"members": members}, protocol, 0).method_options["members"]
     execution = make_execution({"device": args.device, "threads": args.threads})
     if execution.threads:
         torch.set_num_threads(execution.threads)
@@ -230,16 +286,32 @@ def cmd_report(args) -> int:
     if not any((Path(args.out) / "records").glob("*.json")):
         raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
     store = RunStore(Path(args.out))
-    runs, _, problems = store.write_tables()
+    runs, _, keys, problems = store.write_tables()
     warn(problems)
-    finish(store, runs, args.no_plots)
+    presets = [p for p in dict.fromkeys(runs.get("preset", [])) if p in available_presets()]
+    compare_to = next((load_preset(p)[1].get("compare_to") for p in presets if load_preset(p)[1].get("compare_to")), None)
+    finish(store, runs, keys, args.no_plots, compare_to)
+    return 0
+
+
+def cmd_paper_table(args) -> int:
+    from bench.paper import load_published
+    from bench.store import RunStore, summarize
+    load_published(args.published)  # a bad name fails before anything is read
+    if not any((Path(args.out) / "records").glob("*.json")):
+        raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
+    store = RunStore(Path(args.out))
+    runs, _, keys, problems = store.write_tables()
+    warn(problems)
+    paper_table(store, runs, summarize(runs, keys), args.published, args.in_distribution)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "list": cmd_list, "perf": cmd_perf, "report": cmd_report}[args.command](args)
+        return {"run": cmd_run, "list": cmd_list, "perf": cmd_perf, "report": cmd_report,
+                "paper-table": cmd_paper_table}[args.command](args)
     except BenchError as exc:
         print(f"dare-bench: error: {exc}", file=sys.stderr)
         return 2

@@ -11,28 +11,39 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import ConfigError
-from bench.options import (describe, option, parse_int, parse_int_tuple, parse_optional_float,
-                           parse_float, parse_str, validate)
+from bench.options import (choice, describe, option, parse_int, parse_int_tuple, parse_optional_float,
+                           parse_float, parse_str, parse_str_tuple, validate)
 from methods import Method, get_method
 
 PRESET_DIR = Path(__file__).with_name("presets")
-# In-distribution dataset -> the OOD dataset whose *test* split is scored.
-DATASET_PAIRS = {"mnist": "fashion_mnist", "fashion_mnist": "mnist"}
-OOD_SPLIT = "test"  # fixed: never the OOD train split (a torch-uncertainty pitfall)
+# In-distribution dataset -> the OOD sets it may be scored against; the first is the default.
+OOD_SETS = {"mnist": ("fashion_mnist", "cifar10_gray28"), "fashion_mnist": ("mnist", "cifar10_gray28")}
+OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
+SPLIT_FROM_RUN_SEED = "run"
+
+
+def parse_split_seed(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == SPLIT_FROM_RUN_SEED:
+        return SPLIT_FROM_RUN_SEED
+    return parse_int(value)
 
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
     """Everything about a run except the method: shared by all methods compared in a table."""
-    id_dataset: str = option("mnist", parse_str, "mnist or fashion_mnist (OOD is the other one)",
-                             check=lambda v: v in DATASET_PAIRS, help="in-distribution dataset")
-    preprocess: str = option("raw", parse_str, "raw or standardize",
-                             check=lambda v: v in ("raw", "standardize"),
-                             help="raw [0,1] pixels, or standardise with the ID train mean/std")
+    id_dataset: str = choice("mnist", tuple(OOD_SETS), help="in-distribution dataset")
+    ood_sets: tuple[str, ...] = option((), parse_str_tuple,
+                                       "names such as mnist,cifar10_gray28 (see `python -m bench list`)",
+                                       help="OOD sets scored against the ID test split (their test splits); "
+                                       "default: the other MNIST-family dataset")
+    preprocess: str = choice("raw", ("raw", "raw255", "standardize"),
+                             help="raw: pixels in [0,1]; raw255: pixel bytes as floats 0-255 (the DARE "
+                             "paper's code); standardize: ID train mean/std")
     val_size: int = option(1000, parse_int, "an integer >= 0", check=lambda v: v >= 0,
                            help="training images held out as a validation split")
-    split_seed: int = option(0, parse_int, "an integer >= 0", check=lambda v: v >= 0,
-                             help="seed of the train/validation split")
+    split_seed: int | str = option(0, parse_split_seed, "an integer >= 0, or run (the run's seed)",
+                                   check=lambda v: v == SPLIT_FROM_RUN_SEED or v >= 0,
+                                   help="seed of the train/validation split; run: one split per run seed")
     hidden: tuple[int, ...] = option((256, 256), parse_int_tuple, "widths >= 1 such as 256-256",
                                      check=lambda v: len(v) >= 1 and all(w >= 1 for w in v),
                                      help="hidden layer widths of the MLP")
@@ -45,6 +56,27 @@ class Protocol:
     early_stop_acc: float | None = option(0.97, parse_optional_float, "a number in (0, 1], or none",
                                           check=lambda v: v is None or 0 < v <= 1,
                                           help="a member stops once its epoch train accuracy reaches this")
+    init: str = choice("torch", ("torch", "glorot"),
+                       help="torch: nn.Linear's default; glorot: Glorot-uniform weights, zero biases (Keras)")
+    adam_eps: float = option(1e-8, parse_float, "a number > 0", check=lambda v: 0 < v < float("inf"),
+                             help="Adam's epsilon (1e-8 torch, 1e-7 Keras)")
+
+    @classmethod
+    def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
+        known = OOD_SETS[values["id_dataset"]]
+        if not values["ood_sets"]:
+            values["ood_sets"] = known[:1]
+        for name in values["ood_sets"]:
+            if name not in known:
+                raise ConfigError(f"{what}: OOD set '{name}' is not known for in-distribution "
+                                  f"{values['id_dataset']} (known: {', '.join(known)})")
+        if len(set(values["ood_sets"])) < len(values["ood_sets"]):
+            raise ConfigError(f"{what}: ood_sets={','.join(values['ood_sets'])} names a set twice")
+        return values
+
+    def split_seed_for(self, run_seed: int) -> int:
+        """The seed of the train/validation split of a run with this seed."""
+        return run_seed if self.split_seed == SPLIT_FROM_RUN_SEED else self.split_seed
 
 
 def parse_bool(value: Any) -> bool:
@@ -100,24 +132,26 @@ class RunConfig:
         blob = json.dumps(self.to_dict(), sort_keys=True, default=list)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
-    @property
-    def ood_dataset(self) -> str:
-        return DATASET_PAIRS[self.protocol.id_dataset]
+    def references(self) -> dict[str, "RunConfig"]:
+        """Runs this run needs first (same protocol and seed), by role, e.g. DARE's DE (MSE) reference."""
+        return {role: make_run_config(method, options, self.protocol, self.seed, self.preset)
+                for role, (method, options) in self.make_method().references().items()}
 
     @property
     def variant(self) -> str:
         """Method plus its options, e.g. 'dare(members=3, threshold=0.3)': one line in a plot."""
-        opts = ", ".join(f"{k}={v}" for k, v in self.method_options.items())
+        opts = ", ".join(f"{k}={v}" for k, v in self.method_options.items() if v is not None)
         return f"{self.method}({opts})"
 
     def row(self) -> dict[str, Any]:
         """Flat config columns for a results row: every value that can move a result."""
+        method = self.make_method()
         p = dataclasses.asdict(self.protocol)
         p["hidden"] = "-".join(map(str, self.protocol.hidden))
-        return {"run_id": self.run_id, "method": self.method, "variant": self.variant,
-                "preset": self.preset, **self.method_options, **p,
-                "ood_dataset": self.ood_dataset, "ood_split": OOD_SPLIT,
-                "seed": self.seed}
+        p["ood_sets"] = " ".join(self.protocol.ood_sets)
+        return {"run_id": self.run_id, "method": self.method, "label": method.label, "variant": self.variant,
+                "preset": self.preset, **self.method_options, **p, "ood_split": OOD_SPLIT,
+                "primary_score": method.primary_score, "seed": self.seed}
 
 
 def make_protocol(values: dict[str, Any]) -> Protocol:
@@ -134,6 +168,9 @@ def make_run_config(method: str, method_options: dict[str, Any], protocol: Proto
         raise ConfigError(f"seed={seed!r} is not valid; allowed: an integer >= 0") from None
     if seed < 0:
         raise ConfigError(f"seed={seed!r} is out of range; allowed: an integer >= 0")
+    if options.get("checkpoint", "none") != "none" and protocol.val_size == 0:
+        raise ConfigError(f"method {method}: checkpoint={options['checkpoint']} needs a validation split; "
+                          "set val_size > 0")
     return RunConfig(method, options, protocol, seed, preset)
 
 
@@ -160,7 +197,14 @@ def protocol_help() -> list[tuple[str, Any, str, str]]:
     return describe(Protocol)
 
 
-PRESET_KEYS = {"seeds", "methods", "protocol", "method_options"}
+PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "compare_to"}
+
+
+def exclusive_with(cls: type, name: str) -> set[str]:
+    """Options of ``cls`` that may not be given together with option ``name``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out = set(fields[name].metadata.get("excludes", ())) if name in fields else set()
+    return out | {f.name for f in fields.values() if name in f.metadata.get("excludes", ())}
 
 
 def parse_option_assignment(text: str) -> tuple[str | None, str, list[str]]:
@@ -187,8 +231,11 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
     if not seeds:
         raise ConfigError("no seeds selected: pass --seeds")
     classes = {m: get_method(m) for m in dict.fromkeys(methods)}
+    # a list in a preset's method options is a grid, like a comma list on the command line
     grids: dict[str, dict[str, list[Any]]] = {
-        m: {k: [v] for k, v in preset_values.get("method_options", {}).get(m, {}).items()} for m in classes}
+        m: {k: list(v) if isinstance(v, list) else [v]
+            for k, v in preset_values.get("method_options", {}).get(m, {}).items()} for m in classes}
+    given: dict[str, set[str]] = {m: set() for m in classes}  # options set on the command line
     for text in option_assignments:
         target, name, values = parse_option_assignment(text)
         targets = [target] if target else [m for m, cls in classes.items()
@@ -199,7 +246,10 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
         if not targets:
             raise ConfigError(f"--option {text!r}: no selected method has an option '{name}'")
         for m in targets:
+            for other in exclusive_with(classes[m], name) - given[m]:  # -o dare.delta=... replaces a
+                grids[m].pop(other, None)                               # preset's threshold
             grids[m][name] = values
+            given[m].add(name)
     configs = []
     for m in classes:
         names = list(grids[m])

@@ -1,8 +1,14 @@
-"""One loader for every method: torchvision's MNIST/FashionMNIST files -> in-memory tensors.
+"""One loader for every method: torchvision's MNIST/FashionMNIST files (and CIFAR-10's test batch,
+an optional OOD set) -> in-memory tensors.
 
 Images are decoded once into a float tensor (N, 784); the training loop indexes it directly, so no
 per-sample PIL transform runs during training. Preprocessing is an explicit protocol value and is
 applied identically to ID and OOD data.
+
+OOD sets: the MNIST-family datasets are required (a missing file is an error, as for the ID set).
+CIFAR-10 (``cifar10_gray28``: its test split cropped to the top-left 28 x 28 pixels and averaged
+over RGB, as in the DARE paper) is optional: when its file is absent and cannot be downloaded,
+that set is skipped with a note and every run records the skip.
 """
 from __future__ import annotations
 
@@ -11,13 +17,15 @@ import functools
 import hashlib
 import math
 import os
+import pickle
 import struct
 from pathlib import Path
 
+import numpy as np
 import torch
 import torchvision
 
-from bench.config import DATASET_PAIRS, Protocol
+from bench.config import Protocol
 from bench.errors import DataError
 
 DATA_DIR_ENV = "DARE_BENCH_DATA"
@@ -41,6 +49,9 @@ OFFICIAL_FILES = {
     },
 }
 IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
+CIFAR10 = torchvision.datasets.CIFAR10  # its url, archive name, md5s and folder name
+CIFAR10_TEST_MD5 = dict(CIFAR10.test_list)["test_batch"]
+CIFAR10_FULL_SIZE = 30_000_000  # a test_batch this large claims to be the official file: check its md5
 
 
 def resolve_data_dir(flag: str | None) -> Path:
@@ -57,12 +68,17 @@ class Split:
         return len(self.y)
 
 
+class OodUnavailable(Exception):
+    """An optional OOD set is missing and cannot be downloaded: skip it, never crash."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchData:
     train: Split
     val: Split
     test: Split
-    ood: Split                # the OOD dataset's test split
+    ood: dict[str, Split]      # OOD set name -> its test split (labels are the set's own)
+    ood_skipped: dict[str, str]  # optional OOD sets that could not be loaded -> why
     test_images: torch.Tensor  # (N, 28, 28) uint8, for image grids
     n_classes: int
     class_names: tuple[str, ...]
@@ -149,32 +165,98 @@ def load_images(root: Path, dataset: str, train: bool, download: bool = True
     return ds.data, ds.targets.long(), tuple(ds.classes)
 
 
-@functools.lru_cache(maxsize=2)  # a grid reuses one protocol's tensors across its runs
-def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True) -> BenchData:
-    id_name, ood_name = protocol.id_dataset, DATASET_PAIRS[protocol.id_dataset]
-    train_img, train_y, classes = load_images(root, id_name, True, download)
-    test_img, test_y, _ = load_images(root, id_name, False, download)
-    ood_img, ood_y, _ = load_images(root, ood_name, False, download)
+def _cifar10_gray28(root: Path, download: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIFAR-10's test batch, top-left 28 x 28 crop, mean over RGB: float (N, 28, 28) in 0-255, labels."""
+    folder = root / CIFAR10.base_folder
+    path = folder / "test_batch"
+    if not path.is_file():
+        if not download:
+            raise OodUnavailable(f"{path} not found (--no-download)")
+        try:
+            torchvision.datasets.utils.download_and_extract_archive(
+                CIFAR10.url, str(root), filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
+        except Exception as exc:  # offline, read-only folder, ...: skip the set, say why
+            raise OodUnavailable(f"{path} not found and download failed ({type(exc).__name__})") from None
+    if path.stat().st_size >= CIFAR10_FULL_SIZE and _md5(path) != CIFAR10_TEST_MD5:
+        raise DataError(f"{path} is corrupt: md5 differs from the official file's ({CIFAR10_TEST_MD5})")
+    try:
+        with open(path, "rb") as f:
+            batch = pickle.load(f, encoding="bytes")
+        images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        labels = torch.as_tensor(np.asarray(batch[b"labels"], dtype=np.int64))
+    except Exception as exc:
+        raise DataError(f"{path} is not a readable CIFAR-10 batch ({type(exc).__name__}: {exc})") from None
+    if len(labels) != len(images):
+        raise DataError(f"{path}: {len(images)} images but {len(labels)} labels")
+    gray = torch.from_numpy(images[:, :, :28, :28].astype(np.float32).mean(axis=1))
+    return gray, labels
+
+
+def load_ood_images(root: Path, name: str, download: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """An OOD set's test images as floats (N, 28, 28) in 0-255, and labels. Raises OodUnavailable
+    for an optional set that cannot be had (once per process: the failure is remembered), DataError
+    for a required one."""
+    loaded = _load_ood_images(root, name, download)
+    if isinstance(loaded, OodUnavailable):
+        raise loaded
+    return loaded
+
+
+@functools.lru_cache(maxsize=8)
+def _load_ood_images(root: Path, name: str, download: bool):
+    if name == "cifar10_gray28":
+        try:
+            return _cifar10_gray28(root, download)
+        except OodUnavailable as exc:
+            return exc  # cached, so a grid tries a failing download once, not once per run
+    images, labels, _ = load_images(root, name, False, download)
+    return images.float(), labels
+
+
+def preprocessor(kind: str, x_train: torch.Tensor):
+    """x (N, 784) floats in 0-255 -> the model's input. x_train (0-255) gives standardize's statistics."""
+    if kind == "raw255":
+        return lambda x: x
+    if kind == "raw":
+        return lambda x: x / 255.0
+    if kind == "standardize":
+        mean, std = (x_train / 255.0).mean(), (x_train / 255.0).std()  # ID train statistics, for every split
+        return lambda x: (x / 255.0 - mean) / std
+    raise ValueError(f"unknown preprocess {kind!r}")
+
+
+def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True, seed: int = 0) -> BenchData:
+    """The data of a run with this protocol and seed (the seed matters only for split_seed=run)."""
+    return _load_benchmark_data(protocol, root, download, protocol.split_seed_for(seed))
+
+
+@functools.lru_cache(maxsize=2)  # a grid reuses one protocol's (and split's) tensors across its runs
+def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_seed: int) -> BenchData:
+    train_img, train_y, classes = load_images(root, protocol.id_dataset, True, download)
+    test_img, test_y, _ = load_images(root, protocol.id_dataset, False, download)
+    ood, skipped = {}, {}
+    for name in protocol.ood_sets:
+        try:
+            ood[name] = load_ood_images(root, name, download)
+        except OodUnavailable as exc:
+            skipped[name] = str(exc)
 
     if protocol.val_size >= len(train_y):
         raise DataError(f"val_size={protocol.val_size} leaves no training data ({len(train_y)} images)")
-    order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(protocol.split_seed))
+    order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(split_seed))
     val_idx, train_idx = order[:protocol.val_size], order[protocol.val_size:]
 
-    def flat(images: torch.Tensor) -> torch.Tensor:
-        return images.flatten(1).float().div_(255.0)
+    def flat(images: torch.Tensor) -> torch.Tensor:  # (N, 28, 28) -> (N, 784) floats in 0-255
+        return images.flatten(1).float()
 
     x_train = flat(train_img[train_idx])
-    if protocol.preprocess == "standardize":
-        mean, std = x_train.mean(), x_train.std()  # ID train statistics, reused for every split
-        prep = lambda x: (x - mean) / std  # noqa: E731
-    else:
-        prep = lambda x: x  # noqa: E731
+    prep = preprocessor(protocol.preprocess, x_train)
     return BenchData(
         train=Split(prep(x_train), train_y[train_idx]),
         val=Split(prep(flat(train_img[val_idx])), train_y[val_idx]),
         test=Split(prep(flat(test_img)), test_y),
-        ood=Split(prep(flat(ood_img)), ood_y),
+        ood={name: Split(prep(flat(images)), labels) for name, (images, labels) in ood.items()},
+        ood_skipped=skipped,
         test_images=test_img,
         n_classes=len(classes),
         class_names=classes,

@@ -16,15 +16,23 @@ from bench.data import load_benchmark_data
 from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
 from bench.runner import run_one
-from bench.store import RunStore
+from bench.store import CorruptRecord, RunStore
 
 
 def run_and_store(config: RunConfig, data_dir: Path, out_dir: Path, execution: Execution,
                   download: bool, progress: bool) -> dict:
-    """One task, the same in every executor: load data (cached per process), train, evaluate, store."""
-    data = load_benchmark_data(config.protocol, data_dir, download)
-    record, arrays = run_one(config, data, progress=progress, execution=execution)
-    RunStore(out_dir).add(record, arrays)
+    """One task, the same in every executor: load data (cached per process), read the records of
+    the runs it depends on, train, evaluate, store."""
+    store = RunStore(out_dir)
+    references = {}
+    for role, ref in config.references().items():
+        try:
+            references[role] = store.load(ref.run_id)
+        except (FileNotFoundError, CorruptRecord):
+            pass  # the method reports a missing reference as a recorded error
+    data = load_benchmark_data(config.protocol, data_dir, download, config.seed)
+    record, arrays = run_one(config, data, progress=progress, execution=execution, references=references)
+    store.add(record, arrays)
     return record
 
 
@@ -90,31 +98,55 @@ def make_executor(values: dict) -> Executor:
     return Executor(**validate(Executor, values, "execution"))
 
 
+def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[RunConfig]]:
+    """(runs that depend on nothing, including every run that others depend on; the dependent runs).
+    References are added to the grid even when not asked for, so the grid runs or reuses them first."""
+    dependent = [c for c in configs if c.references()]
+    independent = {c.run_id: c for c in configs if not c.references()}
+    for config in dependent:
+        for ref in config.references().values():
+            if ref.references():
+                raise BenchError(f"{config.variant}: its reference {ref.variant} depends on another run")
+            independent.setdefault(ref.run_id, ref)
+    return list(independent.values()), dependent
+
+
 def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, executor: Executor = Executor(),
              execution: Execution = Execution(), download: bool = True, progress: bool = True,
              force: bool = False, log=None) -> list[str]:
-    """Run every config not already finished in ``store`` (all of them with force). Returns the
-    grid's run ids, finished before or now."""
+    """Run every config not already finished in ``store`` (all of them with force), the runs that
+    others depend on first. Returns the grid's run ids (references included), finished before or now."""
     from tqdm.auto import tqdm
 
-    from bench.data import check_dataset_files
+    from bench.data import check_dataset_files, load_ood_images, OodUnavailable
     from bench.runner import run_line
 
     log = log or (lambda line: tqdm.write(line))
     configs = list({c.run_id: c for c in configs}.values())  # a grid may name a run twice
-    finished, problems = store.check([c.run_id for c in configs])
+    first, then = with_references(configs)
+    everything = first + then
+    finished, problems = store.check([c.run_id for c in everything])
     for problem in problems:
         log(f"warning: {problem}")
-    todo = [c for c in configs if force or c.run_id not in finished]
-    if len(todo) < len(configs):
-        log(f"{len(configs) - len(todo)} of {len(configs)} runs already finished in {store.records}: "
+    phases = [[c for c in phase if force or c.run_id not in finished] for phase in (first, then)]
+    todo = phases[0] + phases[1]
+    if len(todo) < len(everything):
+        log(f"{len(everything) - len(todo)} of {len(everything)} runs already finished in {store.records}: "
             "skipped (--force redoes them)")
-    for dataset in dict.fromkeys(d for c in todo for d in (c.protocol.id_dataset, c.ood_dataset)):
+    if len(everything) > len(configs):
+        log(f"{len(everything) - len(configs)} reference runs added: runs of the grid depend on them")
+    for dataset in dict.fromkeys(c.protocol.id_dataset for c in todo):
         check_dataset_files(data_dir, dataset, download)  # fail in the first second, not in a worker
+    for name in dict.fromkeys(s for c in todo for s in c.protocol.ood_sets):
+        try:
+            load_ood_images(data_dir, name, download)
+        except OodUnavailable as exc:
+            log(f"note: OOD set {name} skipped: {exc}")
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=None if progress else True)
-    for record in executor.map(todo, data_dir, store.out, execution, download, progress):
-        bar.update()
-        if progress:
-            log(run_line(record))
+    for phase in phases:
+        for record in executor.map(phase, data_dir, store.out, execution, download, progress):
+            bar.update()
+            if progress:
+                log(run_line(record))
     bar.close()
-    return [c.run_id for c in configs]
+    return [c.run_id for c in everything]

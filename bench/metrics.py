@@ -87,23 +87,33 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray, prefix: str) -
             f"{prefix}_brier": brier(mean, labels), f"{prefix}_ece": ece(mean, labels)}
 
 
-def evaluate(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: np.ndarray,
-             probs_val: np.ndarray | None = None, labels_val: np.ndarray | None = None):
+def evaluate(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: dict[str, np.ndarray],
+             probs_val: np.ndarray | None = None, labels_val: np.ndarray | None = None,
+             own_id: dict[str, np.ndarray] | None = None,
+             own_ood: dict[str, dict[str, np.ndarray]] | None = None):
     """One run's metrics as a flat dict, plus the per-sample scores for plots.
 
-    Returns (metrics, scores) with scores[name] = (id_scores, ood_scores).
+    probs_ood maps each OOD set's name to its (S, N, K) probabilities. own_id / own_ood[set] are a
+    method's own per-sample scores (name -> (N,)), ranked like the shared ones. Columns:
+    ``id_acc`` ..., ``ood_<set>_<uncertainty>_bits``, ``<auroc|aupr_in|aupr_out|fpr95>_<score>_vs_<set>``.
+    Returns (metrics, scores) with scores[score] = (id_scores, {set: ood_scores}).
     """
     metrics = classification_metrics(probs_id, labels_id, "id")
     if probs_val is not None and len(labels_val):
         metrics.update({k: v for k, v in classification_metrics(probs_val, labels_val, "val").items()
                         if k in ("val_acc", "val_nll_nats")})
-    for split, probs in (("id", probs_id), ("ood", probs_ood)):
+    for name, values in uncertainty_decomposition(probs_id).items():
+        metrics[f"id_{name}_bits"] = float(values.mean())
+    for ood_set, probs in probs_ood.items():
         for name, values in uncertainty_decomposition(probs).items():
-            metrics[f"{split}_{name}_bits"] = float(values.mean())
-    id_scores, ood_scores_ = ood_scores(probs_id), ood_scores(probs_ood)
-    scores = {}
-    for name in id_scores:
-        for metric, value in ood_metrics(id_scores[name], ood_scores_[name]).items():
-            metrics[f"{metric}_{name}"] = value
-        scores[name] = (id_scores[name], ood_scores_[name])
+            metrics[f"ood_{ood_set}_{name}_bits"] = float(values.mean())
+    id_scores = {**ood_scores(probs_id), **(own_id or {})}
+    set_scores = {ood_set: {**ood_scores(probs), **(own_ood or {}).get(ood_set, {})}
+                  for ood_set, probs in probs_ood.items()}
+    for score, s_id in id_scores.items():
+        for ood_set, s_ood in set_scores.items():
+            for metric, value in ood_metrics(s_id, s_ood[score]).items():
+                metrics[f"{metric}_{score}_vs_{ood_set}"] = value
+    scores = {score: (s_id, {ood_set: s[score] for ood_set, s in set_scores.items()})
+              for score, s_id in id_scores.items()}
     return metrics, scores

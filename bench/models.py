@@ -55,11 +55,11 @@ class StackedMLP(nn.Module):
 
     @classmethod
     def for_seed(cls, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
-                 out_features: int, dropout: float = 0.0) -> "StackedMLP":
+                 out_features: int, dropout: float = 0.0, init: str = "torch") -> "StackedMLP":
         """A model of len(member_ids) members, member i initialised from generator (seed, member_ids[i])."""
         model = cls(len(member_ids), in_features, hidden, out_features, dropout)
         for i, m in enumerate(member_ids):
-            model.reset_member(i, member_generator(seed, m, "init"))
+            model.reset_member(i, member_generator(seed, m, "init"), init)
         return model
 
     @classmethod
@@ -74,12 +74,21 @@ class StackedMLP(nn.Module):
         return out.to(first.weights[0].device)
 
     @torch.no_grad()
-    def reset_member(self, m: int, generator: torch.Generator) -> None:
-        """torch.nn.Linear's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias."""
+    def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
+        """init 'torch': nn.Linear's default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias.
+        init 'glorot': Keras' default, weights U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), zero biases."""
         for weight, bias in zip(self.weights, self.biases):
-            bound = 1.0 / math.sqrt(weight.shape[1])
-            weight[m].uniform_(-bound, bound, generator=generator)
-            bias[m].uniform_(-bound, bound, generator=generator)
+            fan_in, fan_out = weight.shape[1], weight.shape[2]
+            if init == "glorot":
+                bound = math.sqrt(6.0 / (fan_in + fan_out))
+                weight[m].uniform_(-bound, bound, generator=generator)
+                bias[m].zero_()
+            elif init == "torch":
+                bound = 1.0 / math.sqrt(fan_in)
+                weight[m].uniform_(-bound, bound, generator=generator)
+                bias[m].uniform_(-bound, bound, generator=generator)
+            else:
+                raise ValueError(f"unknown init {init!r}")
 
     def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         """x: (N, in) shared by all members, or (members, N, in). Returns logits (members, N, out)."""

@@ -14,10 +14,20 @@ from bench.errors import ConfigError
 
 
 def option(default: Any, parse: Callable[[Any], Any], allowed: str,
-           check: Callable[[Any], bool] | None = None, help: str = ""):
-    """A dataclass field with a parser, a range check and help text."""
+           check: Callable[[Any], bool] | None = None, help: str = "", excludes: tuple[str, ...] = ()):
+    """A dataclass field with a parser, a range check and help text.
+
+    ``excludes`` names options that may not be given together with this one (e.g. DARE's relative
+    ``delta`` and absolute ``threshold``): a grid that sets this option on the command line drops a
+    preset's value of the excluded ones, and giving both explicitly is an error.
+    """
     return dataclasses.field(default=default, metadata={
-        "parse": parse, "check": check, "allowed": allowed, "help": help})
+        "parse": parse, "check": check, "allowed": allowed, "help": help, "excludes": excludes})
+
+
+def choice(default: str, choices: tuple[str, ...], help: str = ""):
+    """An option whose value is one of ``choices``."""
+    return option(default, parse_str, " or ".join(choices), check=lambda v: v in choices, help=help)
 
 
 # -- parsers: accept the Python value or its command-line string, raise ValueError otherwise ---
@@ -45,15 +55,31 @@ def parse_float(value: Any) -> float:
 
 
 def parse_optional_float(value: Any) -> float | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "")):
-        return None
-    return parse_float(value)
+    return parse_optional(parse_float)(value)
 
 
 def parse_str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError
     return value.strip()
+
+
+def parse_optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse``, but None / 'none' / 'off' / '' mean None."""
+    def parse_or_none(value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off", "")):
+            return None
+        return parse(value)
+    return parse_or_none
+
+
+def parse_str_tuple(value: Any) -> tuple[str, ...]:
+    """'mnist,cifar10_gray28', ['mnist'], [] -> a tuple of names."""
+    if isinstance(value, str):
+        return tuple(p.strip() for p in value.split(",") if p.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(parse_str(v) for v in value)
+    raise ValueError
 
 
 def parse_int_tuple(value: Any) -> tuple[int, ...]:
@@ -74,7 +100,10 @@ def validate(obj_cls, values: dict[str, Any], what: str) -> dict[str, Any]:
     """Parse and check ``values`` against the option fields of ``obj_cls``.
 
     Returns a complete dict (defaults filled in). Raises ConfigError naming the field, the value
-    and what is allowed, for unknown names, unparsable values and out-of-range values.
+    and what is allowed, for unknown names, unparsable values and out-of-range values. Options
+    that exclude each other may not both be given; when one is given, the other becomes None.
+    Finally ``obj_cls.check_options(values, what)``, if the class has it, checks (and may complete)
+    the values as a whole, e.g. a rule that needs another option.
     """
     fields = {f.name: f for f in dataclasses.fields(obj_cls) if "parse" in f.metadata}
     unknown = sorted(set(values) - set(fields))
@@ -92,6 +121,15 @@ def validate(obj_cls, values: dict[str, Any], what: str) -> dict[str, Any]:
         if meta["check"] is not None and not meta["check"](value):
             raise ConfigError(f"{what}: {name}={raw!r} is out of range; allowed: {meta['allowed']}")
         out[name] = value
+    for name, f in fields.items():
+        for other in f.metadata.get("excludes", ()):
+            if values.get(name) is not None and out[name] is not None:
+                if values.get(other) is not None:
+                    raise ConfigError(f"{what}: give {name} or {other}, not both "
+                                      f"({name}={values[name]!r}, {other}={values[other]!r})")
+                out[other] = None
+    if hasattr(obj_cls, "check_options"):
+        out = obj_cls.check_options(out, what)
     return out
 
 

@@ -15,8 +15,22 @@ from sklearn.metrics import roc_curve  # noqa: E402
 
 from bench.store import RunStore  # noqa: E402
 
-SCORE = "pred_entropy"  # the score shown in histograms and ROC curves
-SCORE_LABEL = "predictive entropy (bits)"
+SCORE_LABELS = {"pred_entropy": "predictive entropy (bits)", "mutual_info": "mutual information (bits)",
+                "one_minus_max_prob": "1 - max probability", "eq35_distance": "Eq. 35 distance"}
+
+
+def _score_label(score: str) -> str:
+    return SCORE_LABELS.get(score, score)
+
+
+def _primary(runs: pd.DataFrame, variant: str) -> str:
+    return str(runs.loc[runs["variant"] == variant, "primary_score"].iloc[0])
+
+
+def _ood_sets(runs: pd.DataFrame) -> list[str]:
+    """OOD sets scored in these runs (skipped sets have no metric columns)."""
+    sets = dict.fromkeys(s for v in runs["ood_sets"] for s in str(v).split())
+    return [s for s in sets if any(c.endswith(f"_vs_{s}") for c in runs.columns)]
 
 
 def _palette(variants: list[str]) -> dict[str, tuple]:
@@ -36,9 +50,14 @@ def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] |
     variants = list(dict.fromkeys(runs["variant"]))
     colors = _palette(variants)
     arrays = {rid: store.load_arrays(rid) for rid in runs["run_id"]}
-    files = [_comparison(store.out, runs, variants, colors),
-             _histograms(store.out, runs, variants, colors, arrays),
-             _roc_curves(store.out, runs, variants, colors, arrays)]
+    sets = _ood_sets(runs)
+    # each run's AUROC by the score its method is reported with
+    runs = runs.assign(**{f"auroc_primary_vs_{s}": [r[f"auroc_{r['primary_score']}_vs_{s}"] for _, r in runs.iterrows()]
+                          for s in sets})
+    files = [_comparison(store.out, runs, variants, colors, sets)]
+    if sets:
+        files += [_histograms(store.out, runs, variants, colors, arrays, sets[0]),
+                  _roc_curves(store.out, runs, variants, colors, arrays, sets[0])]
     for variant in variants:
         first = runs[runs["variant"] == variant].sort_values("seed").iloc[0]
         files.append(_top_uncertain(store.out, variant, int(first["seed"]), arrays[first["run_id"]], class_names))
@@ -46,9 +65,11 @@ def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] |
     return files
 
 
-def _comparison(out: Path, runs, variants, colors) -> Path:
-    panels = [("id_acc", "ID test accuracy"), ("auroc_pred_entropy", "OOD AUROC (pred. entropy)"),
-              ("auroc_mutual_info", "OOD AUROC (mutual info)"), ("id_ece", "ID ECE (15 bins)")]
+def _comparison(out: Path, runs, variants, colors, sets) -> Path:
+    panels = ([("id_acc", "ID test accuracy")]
+              + [(f"auroc_primary_vs_{s}", f"AUROC vs {s}\n(each method's score)") for s in sets]
+              + [(f"auroc_mutual_info_vs_{s}", f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
+              + [("id_ece", "ID ECE (15 bins)")])
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.55 * len(variants) + 2.2),
                              sharey=True)
     # seaborn jitters strip plots with numpy's global RNG: fix it so the same records give the same PNG
@@ -67,48 +88,56 @@ def _comparison(out: Path, runs, variants, colors) -> Path:
         ax.set_ylabel("")
     np.random.set_state(rng_state)
     n = runs.groupby("variant").size()
-    fig.suptitle(f"diamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); dots: single seeds", y=1.02)
+    fig.suptitle(f"{_protocol_title(runs)}\ndiamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); "
+                 "dots: single seeds", y=1.04)
     fig.tight_layout()
     path = out / "comparison.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
 
 
-def _histograms(out: Path, runs, variants, colors, arrays) -> Path:
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), sharey=True, squeeze=False)
+def _protocol_title(runs) -> str:
+    presets = ", ".join(dict.fromkeys(map(str, runs["preset"])))
+    return f"preset {presets}: {runs['id_dataset'].iloc[0]} in distribution"
+
+
+def _histograms(out: Path, runs, variants, colors, arrays, ood_set: str) -> Path:
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
     for ax, variant in zip(axes[0], variants):
-        ids = runs.loc[runs["variant"] == variant, "run_id"]
-        s_id = np.concatenate([arrays[r][f"id_{SCORE}"] for r in ids])
-        s_ood = np.concatenate([arrays[r][f"ood_{SCORE}"] for r in ids])
-        bins = np.linspace(0, max(s_id.max(), s_ood.max(), 1e-6), 40)
+        ids, score = runs.loc[runs["variant"] == variant, "run_id"], _primary(runs, variant)
+        s_id = np.concatenate([arrays[r][f"id_{score}"] for r in ids])
+        s_ood = np.concatenate([arrays[r][f"ood_{ood_set}_{score}"] for r in ids])
+        top = np.quantile(np.r_[s_id, s_ood], 0.995)  # distance scores have long tails
+        bins = np.linspace(min(s_id.min(), s_ood.min(), 0), max(top, 1e-6), 40)
         ax.hist(s_id, bins=bins, density=True, alpha=0.6, color=colors[variant], label="ID test")
-        ax.hist(s_ood, bins=bins, density=True, histtype="step", linewidth=1.8, color="black", label="OOD test")
+        ax.hist(s_ood, bins=bins, density=True, histtype="step", linewidth=1.8, color="black", label=f"{ood_set} test")
         ax.set_yscale("log")
-        ax.set_title(variant, fontsize=10)
-        ax.set_xlabel(SCORE_LABEL)
+        ax.set_title(variant, fontsize=9)
+        ax.set_xlabel(_score_label(score))
     axes[0][0].set_ylabel("density (log)")
     axes[0][0].legend()
-    fig.suptitle(f"{runs['id_dataset'].iloc[0]} (ID) vs {runs['ood_dataset'].iloc[0]} (OOD); all seeds pooled")
+    fig.suptitle(f"{_protocol_title(runs)}, {ood_set} OOD; all seeds pooled (x axis clipped at the 99.5th percentile)")
     fig.tight_layout()
     path = out / "ood_histograms.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
 
 
-def _roc_curves(out: Path, runs, variants, colors, arrays) -> Path:
+def _roc_curves(out: Path, runs, variants, colors, arrays, ood_set: str) -> Path:
     fig, ax = plt.subplots(figsize=(5.2, 5))
     for variant in variants:
-        sub = runs[runs["variant"] == variant]
+        sub, score = runs[runs["variant"] == variant], _primary(runs, variant)
         for i, rid in enumerate(sub["run_id"]):
-            s_id, s_ood = arrays[rid][f"id_{SCORE}"], arrays[rid][f"ood_{SCORE}"]
+            s_id, s_ood = arrays[rid][f"id_{score}"], arrays[rid][f"ood_{ood_set}_{score}"]
             fpr, tpr, _ = roc_curve(np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))], np.r_[s_id, s_ood])
-            auroc = sub["auroc_pred_entropy"]
-            label = f"{variant}\nAUROC {auroc.mean():.3f} ± {auroc.std(ddof=1) if len(auroc) > 1 else 0:.3f}"
+            auroc = sub[f"auroc_{score}_vs_{ood_set}"]
+            label = (f"{variant}\n{_score_label(score)}: AUROC {auroc.mean():.3f} ± "
+                     f"{auroc.std(ddof=1) if len(auroc) > 1 else 0:.3f}")
             ax.plot(fpr, tpr, color=colors[variant], alpha=0.8, linewidth=1.3, label=label if i == 0 else None)
     ax.plot([0, 1], [0, 1], linestyle=":", color="grey")
     ax.set_xlabel("false positive rate (ID flagged)")
-    ax.set_ylabel("true positive rate (OOD caught)")
-    ax.set_title(f"ROC by {SCORE_LABEL}, one line per seed")
+    ax.set_ylabel(f"true positive rate ({ood_set} caught)")
+    ax.set_title(f"{_protocol_title(runs)}\nROC vs {ood_set} by each method's score, one line per seed", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path = out / "roc_curves.png"
@@ -125,7 +154,7 @@ def _top_uncertain(out: Path, variant: str, seed: int, arr: dict, class_names) -
         pred, true = int(arr["id_pred"][idx]), int(arr["id_label"][idx])
         name = (lambda c: class_names[c].split(" - ")[0]) if class_names else str
         ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
-                     f"H = {arr['id_' + SCORE][idx]:.2f} bits", fontsize=8,
+                     f"H = {arr['id_pred_entropy'][idx]:.2f} bits", fontsize=8,
                      color="black" if pred == true else "crimson")
         ax.axis("off")
     fig.suptitle(f"Top-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)

@@ -23,11 +23,11 @@ import pandas as pd
 
 from bench.errors import BenchError
 
-FINISHED = ("ok", "diverged")
-# Columns that are not config: never group keys of the summary.
-NON_CONFIG = {"run_id", "seed", "status", "diverged_epoch", "epochs_run", "train_seconds",
-              "eval_seconds", "device", "vectorized", "threads", "torch_version", "numpy_version",
-              "finished_at"}
+# ok: metrics; diverged: non-finite loss/parameters; error: could not start (e.g. its reference failed)
+FINISHED = ("ok", "diverged", "error")
+NOT_IN_TABLES = ("config", "config_columns", "history")  # nested values kept in the record only
+# numeric columns that describe a run's execution, not its result: never summarised
+NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized"}
 
 
 class CorruptRecord(Exception):
@@ -81,6 +81,8 @@ class RunStore:
             raise CorruptRecord("its run_id does not match its file name")
         if record.get("status") not in FINISHED:
             raise CorruptRecord(f"unknown status {record.get('status')!r}")
+        if not isinstance(record.get("config_columns"), list):
+            raise CorruptRecord("no config_columns (written by an older dare-bench?)")
         if record["status"] == "ok":
             if not isinstance(record.get("id_acc"), (int, float)):
                 raise CorruptRecord("status ok but no metrics")
@@ -116,36 +118,52 @@ class RunStore:
         with np.load(self.predictions / f"{run_id}.npz") as z:
             return dict(z)
 
-    def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
+        """runs.csv and summary.csv from every record. Returns (runs, summary, config columns, problems)."""
         records, problems = self.scan()
-        runs = pd.DataFrame([{k: v for k, v in r.items() if k != "config"} for r in records])
-        if not runs.empty:
-            runs = runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
-        summary = summarize(runs)
+        runs = records_frame(records)
+        keys = config_columns(records)
+        summary = summarize(runs, keys)
         runs.to_csv(self.out / "runs.csv", index=False)
         summary.to_csv(self.out / "summary.csv", index=False)
-        return runs, summary, problems
+        return runs, summary, keys, problems
 
 
-def metric_columns(runs: pd.DataFrame) -> list[str]:
-    return [c for c in runs.columns
-            if c.startswith(("id_", "ood_", "val_", "auroc_", "aupr_", "fpr95_")) or c == "train_seconds"
-            if c not in ("ood_dataset", "ood_split", "id_dataset")]
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    runs = pd.DataFrame([{k: v for k, v in r.items() if k not in NOT_IN_TABLES} for r in records])
+    if not runs.empty:
+        runs = runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
+    return runs
 
 
-def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean, std and n over seeds for each config (every config column but the seed).
+def config_columns(records: list[dict]) -> list[str]:
+    """The columns that describe a run's config (every option and protocol value but the seed), in
+    the records' own order: the summary's group keys."""
+    return list(dict.fromkeys(c for r in records for c in r["config_columns"]))
 
-    Only runs with status ok enter the statistics; diverged ones are counted in n_diverged.
+
+def metric_columns(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """Numeric result columns: everything numeric that is not config or execution detail."""
+    return [c for c in runs.columns if c not in keys and c not in NOT_METRICS
+            and pd.api.types.is_numeric_dtype(runs[c]) and not pd.api.types.is_bool_dtype(runs[c])]
+
+
+def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Mean, std and n over seeds for each config (``keys``: every config column but the seed).
+
+    Only runs with status ok enter the statistics; the others are counted in n_diverged / n_error.
     """
     if runs.empty:
         return pd.DataFrame()
-    metrics = metric_columns(runs)
-    keys = [c for c in runs.columns if c not in NON_CONFIG and c not in metrics]
+    keys = [k for k in keys if k in runs.columns]
+    metrics = metric_columns(runs, keys)
     ok = runs["status"] == "ok"
-    masked = runs[keys].assign(_ok=ok, _seed=runs["seed"].where(ok), **{m: runs[m].where(ok) for m in metrics})
+    masked = runs[keys].assign(_ok=ok, _status=runs["status"], _seed=runs["seed"].where(ok),
+                               **{m: runs[m].where(ok) for m in metrics})
     grouped = masked.groupby(keys, dropna=False, sort=False)
-    out = grouped["_ok"].agg(n="sum", n_diverged=lambda s: int((~s).sum()))
+    out = grouped["_ok"].agg(n="sum")
+    out["n_diverged"] = grouped["_status"].agg(lambda s: int((s == "diverged").sum()))
+    out["n_error"] = grouped["_status"].agg(lambda s: int((s == "error").sum()))
     out["seeds"] = grouped["_seed"].agg(lambda s: " ".join(str(int(v)) for v in sorted(s.dropna())))
     if metrics:
         stats = grouped[metrics].agg(["mean", "std"])

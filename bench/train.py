@@ -4,6 +4,10 @@ All members of the stacked model train together in one batched computation. Each
 own initialisation and data order (its own generators), its own optimiser state (Adam is
 element-wise, so one Adam over stacked tensors is M independent Adams) and its own early-stop
 decision; a member that has stopped is frozen and no longer changes.
+
+After every epoch each member's task loss on the validation split is measured (cheap: one forward
+pass) and kept in the history; the method's ``checkpoint`` rule decides, per member, which epoch's
+weights are restored at the end.
 """
 from __future__ import annotations
 
@@ -35,40 +39,81 @@ class Diverged(Exception):
 class TrainResult:
     model: StackedMLP
     epochs_run: list[int]        # per member: epochs trained before stopping
-    history: list[dict]          # per epoch and member: loss, accuracy, active
+    history: list[dict]          # per epoch and member: train loss and accuracy, validation loss
     seconds: float
+    kept_epochs: list[int]       # per member: the epoch whose weights were kept (0: none restored)
+    val_loss: list[float]        # per member: validation task loss of the kept weights (nan: no val)
+
+
+@dataclasses.dataclass
+class _Members:  # what one group of members returns
+    model: StackedMLP
+    epochs_run: list[int]
+    history: list[dict]
+    kept_epochs: list[int]
+    val_loss: list[float]
 
 
 def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed: int,
           progress: bool = True, label: str = "", device: torch.device | str = "cpu",
-          vectorize: bool = True) -> TrainResult:
-    """Train all members of ``method`` on ``data``.
+          vectorize: bool = True, val: Split | None = None) -> TrainResult:
+    """Train all members of ``method`` on ``data``; ``val`` is the validation split that the
+    per-epoch validation loss and the checkpoint rule use.
 
     vectorize=True trains the members together in one stacked computation; False trains them one
     after another (the reference path). Both give the same members for the same seed.
     """
+    if method.checkpoint != "none" and (val is None or len(val) == 0):
+        raise ValueError(f"checkpoint={method.checkpoint} needs a validation split")
     start = time.perf_counter()
     device = torch.device(device)
     x, y = data.x.to(device), data.y.to(device)
+    val_xy = None if val is None or len(val) == 0 else (val.x.to(device), val.y.to(device))
     all_members = list(range(method.n_networks))
     groups = [all_members] if vectorize else [[m] for m in all_members]
-    parts = [_train_members(method, protocol, x, y, n_classes, seed, ids, device, progress,
+    parts = [_train_members(method, protocol, x, y, val_xy, n_classes, seed, ids, device, progress,
                             label if vectorize else f"{label} member {ids[0]}") for ids in groups]
-    model = parts[0][0] if vectorize else StackedMLP.stack([p[0] for p in parts])
-    epochs_run = [e for p in parts for e in p[1]]
-    history = sorted((h for p in parts for h in p[2]), key=lambda h: (h["epoch"], h["member"]))
-    return TrainResult(model, epochs_run, history, time.perf_counter() - start)
+    model = parts[0].model if vectorize else StackedMLP.stack([p.model for p in parts])
+    history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
+    return TrainResult(model, [e for p in parts for e in p.epochs_run], history, time.perf_counter() - start,
+                       [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss])
 
 
-def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor, n_classes: int,
-                   seed: int, member_ids: list[int], device: torch.device, progress: bool, label: str):
+@torch.no_grad()
+def validation_loss(method: Method, model: StackedMLP, val: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Each member's task loss on the validation split (no dropout, no penalty): shape (M,)."""
+    x, y = val
+    logits = method.logits(model, x)
+    return method.task_loss(logits, y.expand(logits.shape[0], -1))
+
+
+def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor,
+                    threshold: float | None) -> torch.Tensor:
+    """Which members' current weights replace their saved checkpoint after this epoch.
+
+    best: strictly lower than the best so far (ties keep the earlier epoch);
+    last_below_threshold: validation loss <= threshold (a later qualifying epoch replaces an earlier one).
+    """
+    if rule == "best":
+        return val_loss < best_so_far
+    if rule == "last_below_threshold":
+        return val_loss <= threshold
+    return torch.zeros_like(val_loss, dtype=torch.bool)
+
+
+def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
+                   val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, seed: int,
+                   member_ids: list[int], device: torch.device, progress: bool, label: str) -> _Members:
     torch.manual_seed(seed)  # dropout masks
     model = StackedMLP.for_seed(seed, member_ids, x.shape[1], protocol.hidden, n_classes,
-                                method.dropout_rate).to(device)
+                                method.dropout_rate, protocol.init).to(device)
     members, n = model.members, len(y)
     params = list(model.parameters())
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
-    optimizer = torch.optim.Adam(params, lr=protocol.lr, fused=True)
+    optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
+    saved: list[torch.Tensor] | None = None  # per-member checkpoint (members not yet saved hold junk)
+    kept_epoch = torch.zeros(members, dtype=torch.long, device=device)
+    best_val = torch.full((members,), float("inf"), device=device)
     order_gens = [member_generator(seed, m, "data_order") for m in member_ids]
     active = torch.ones(members, dtype=torch.bool, device=device)
     frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
@@ -114,10 +159,21 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
         if not bool(torch.isfinite(epoch_loss[active]).all()) or not all(
                 bool(torch.isfinite(p).all()) for p in params):
             raise Diverged(epoch)
+        val_loss = validation_loss(method, model, val) if val is not None else None
+        if val_loss is not None and method.checkpoint != "none":
+            save = checkpoint_mask(method.checkpoint, val_loss, best_val, method.checkpoint_threshold) & active
+            if saved is None:
+                saved = [p.detach().clone() for p in params]
+            with torch.no_grad():
+                for p, keep in zip(params, saved):
+                    keep.copy_(torch.where(save.view(-1, *[1] * (p.dim() - 1)), p, keep))
+            kept_epoch = torch.where(save, epoch, kept_epoch)
+            best_val = torch.where(save, torch.minimum(best_val, val_loss), best_val)
         for i, m in enumerate(member_ids):
             if active[i]:
                 history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
-                                "train_acc": float(epoch_acc[i])})
+                                "train_acc": float(epoch_acc[i]),
+                                "val_loss": float(val_loss[i]) if val_loss is not None else float("nan")})
         if protocol.early_stop_acc is not None:
             stopping = active & (epoch_acc >= protocol.early_stop_acc)
             if stopping.any():
@@ -128,4 +184,10 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
                 if not active.any():
                     break
 
-    return model, epochs_run, history
+    if saved is not None:  # restore each member's checkpoint; members never saved keep their final weights
+        restore = kept_epoch > 0
+        with torch.no_grad():
+            for p, keep in zip(params, saved):
+                p.copy_(torch.where(restore.view(-1, *[1] * (p.dim() - 1)), keep, p))
+    final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members
+    return _Members(model, epochs_run, history, kept_epoch.tolist(), final_val)

@@ -1,30 +1,78 @@
 """The method API: what a method may change, and what it must return.
 
 A method is a dataclass whose fields are its options (declared with ``bench.options.option`` so
-they are validated and listed). The shared training loop asks it for three things:
+they are validated and listed). The shared training loop asks it for:
 
 * ``n_networks`` / ``dropout_rate``: the shape of the stacked model to train;
-* ``task_loss`` and ``penalty``: the per-member training objective, shape (members,);
-* ``predict_proba``: test-time probabilities, shape (samples, N, classes). Samples are ensemble
-  members or stochastic passes; every evaluator works from this one array.
+* ``task_loss`` and ``penalty``: the per-member training objective, shape (members,). The task
+  loss on the validation split also drives checkpointing (the ``checkpoint`` option every method
+  has: none, best, or last_below_threshold for methods with a threshold);
+* ``predict``: test-time probabilities, shape (samples, N, classes), plus the method's own
+  per-sample OOD scores, if any (``own_scores``). Samples are ensemble members or stochastic
+  passes; every evaluator works from these arrays.
+
+A method that depends on another run (DARE's relative threshold needs the validation loss of a
+deep ensemble of the same seed) names it in ``references`` and receives its finished record in
+``bind``; the grid runs or reuses the reference first, through the run store.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench.errors import ConfigError
 from bench.models import StackedMLP
+from bench.options import choice
 
 PREDICT_CHUNK = 8192  # rows per forward pass at test time: bounds memory for large test sets
+CHECKPOINT_RULES = ("none", "best", "last_below_threshold")
+DEFAULT_SCORE = "pred_entropy"
+
+
+class ReferenceFailed(Exception):
+    """A run this run depends on did not finish with usable results."""
+
+
+def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per member. logits (M, B, K), targets (M, B) -> (M,)."""
+    members, batch, classes = logits.shape
+    per_sample = F.cross_entropy(logits.reshape(-1, classes), targets.reshape(-1), reduction="none")
+    return per_sample.view(members, batch).mean(dim=1)
+
+
+def scaled_mse_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The DARE paper's MSE per member: mean over samples and classes of (output - K*onehot)^2,
+    on the raw linear outputs, K = number of classes. logits (M, B, K), targets (M, B) -> (M,)."""
+    classes = logits.shape[-1]
+    target = F.one_hot(targets, classes).to(logits.dtype) * classes
+    return (logits - target).square().mean(dim=(1, 2))
+
+
+TASK_LOSSES = {"ce": cross_entropy_loss, "mse": scaled_mse_loss}
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    has_threshold: ClassVar[bool] = False  # may use checkpoint=last_below_threshold
+
+    checkpoint: str = choice("none", CHECKPOINT_RULES,
+                             help="per member, after every epoch, on the validation task loss: none (keep the "
+                             "final weights), best (restore the best epoch), last_below_threshold (the last "
+                             "epoch whose loss <= the method's threshold; final weights if none)")
+
+    @classmethod
+    def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
+        """Checks across options, after each was validated on its own."""
+        if values.get("checkpoint") == "last_below_threshold" and not cls.has_threshold:
+            raise ConfigError(f"{what}: checkpoint=last_below_threshold needs a method with a threshold "
+                              f"({cls.name} has none); use none or best")
+        return values
 
     @property
     def n_networks(self) -> int:
@@ -34,11 +82,33 @@ class Method:
     def dropout_rate(self) -> float:
         return 0.0
 
+    @property
+    def label(self) -> str:
+        """Short name for tables (the paper table matches published rows by it)."""
+        return self.name
+
+    @property
+    def primary_score(self) -> str:
+        """The OOD score this method is reported with (the paper table uses it)."""
+        return DEFAULT_SCORE
+
+    def references(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Runs needed first, by role: role -> (method name, options). Same protocol and seed."""
+        return {}
+
+    def bind(self, references: dict[str, dict]) -> tuple["Method", dict[str, Any]]:
+        """The method to train, given the finished records of ``references``, and values to record.
+        Raises ReferenceFailed when a reference is unusable."""
+        return self, {}
+
+    @property
+    def checkpoint_threshold(self) -> float | None:
+        """The validation-loss bound of checkpoint=last_below_threshold."""
+        return None
+
     def task_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy per member. logits (M, B, K), targets (M, B) -> (M,)."""
-        members, batch, classes = logits.shape
-        per_sample = F.cross_entropy(logits.reshape(-1, classes), targets.reshape(-1), reduction="none")
-        return per_sample.view(members, batch).mean(dim=1)
+        """Per-member task loss, (M, B, K), (M, B) -> (M,). Default: cross-entropy."""
+        return cross_entropy_loss(logits, targets)
 
     def penalty(self, model: StackedMLP, task_loss: torch.Tensor) -> torch.Tensor | None:
         """Per-member term added to the task loss, shape (M,), or None."""
@@ -52,3 +122,11 @@ class Method:
     def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
         """Softmax of each member (no dropout): (members, N, K)."""
         return self.logits(model, x).softmax(dim=-1)
+
+    def own_scores(self, model: StackedMLP, x: torch.Tensor) -> dict[str, np.ndarray]:
+        """The method's own per-sample OOD scores (higher = more OOD), beside the shared ones."""
+        return {}
+
+    def predict(self, model: StackedMLP, x: torch.Tensor) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(probabilities (samples, N, K), own scores name -> (N,)) as numpy arrays."""
+        return self.predict_proba(model, x).cpu().numpy(), self.own_scores(model, x)

@@ -2,20 +2,26 @@
 
 Per member and step: ``loss = task_loss - lam * R(theta)``, with
 ``R(theta) = (1/d) * sum_k log(theta_k^2 + eps)`` over all d trainable scalars of the member
-(weights and biases) and ``lam = 1`` when that member's detached batch task loss is <= threshold,
+(weights and biases) and ``lam = 1`` when that member's detached batch task loss is <= tau,
 else 0. No other coefficient. The switch is a tensor mask, so it costs no host sync.
+
+tau is absolute (``threshold``) or relative (``delta``): tau = (1 + delta) * the validation task
+loss of the deep ensemble with the same loss, member count, protocol and seed, restored to its
+best epoch (the paper's DE (MSE) reference). The grid runs or reuses that reference first.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+import math
+from typing import Any, Iterable
 
 import torch
 
+from bench.errors import ConfigError
 from bench.models import StackedMLP
-from bench.options import is_finite_nonneg, option, parse_float
-from methods.base import Method
-from methods.deep_ensemble import MEMBERS_OPTION
+from bench.options import is_finite_nonneg, option, parse_float, parse_optional
+from methods.base import ReferenceFailed
+from methods.deep_ensemble import DeepEnsemble
 
 EPS = torch.finfo(torch.float32).eps
 
@@ -30,15 +36,57 @@ def anti_regularizer(stacked_params: Iterable[torch.Tensor]) -> torch.Tensor:
 
 
 @dataclasses.dataclass(frozen=True)
-class DARE(Method):
+class DARE(DeepEnsemble):
     name = "dare"
-    summary = "ensemble with a per-member anti-regularizer switched on when the batch loss <= threshold"
+    summary = ("deep ensemble plus a per-member anti-regularizer, on while the batch task loss <= tau "
+               "(tau absolute, or relative to the DE reference's validation loss)")
+    has_threshold = True
 
-    members: int = option(3, **MEMBERS_OPTION)
-    threshold: float = option(0.3, parse=parse_float, check=is_finite_nonneg,
-                              allowed="a finite number >= 0",
-                              help="task-loss threshold at or below which the anti-regularizer is on")
+    threshold: float | None = option(0.3, parse=parse_optional(parse_float),
+                                     check=lambda v: v is None or is_finite_nonneg(v),
+                                     allowed="a finite number >= 0", help="absolute tau")
+    delta: float | None = option(None, parse=parse_optional(parse_float),
+                                 check=lambda v: v is None or is_finite_nonneg(v), allowed="a finite number >= 0",
+                                 excludes=("threshold",),
+                                 help="relative tau = (1 + delta) x the validation loss of the deep ensemble "
+                                 "with the same loss and members (run or reused first)")
+
+    @classmethod
+    def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
+        values = super().check_options(values, what)
+        if values["threshold"] is None and values["delta"] is None:
+            raise ConfigError(f"{what}: give threshold or delta")
+        return values
+
+    @property
+    def label(self) -> str:
+        return "DARE" if self.loss == "mse" else "DARE (NLL)"
+
+    def references(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        if self.delta is None:
+            return {}
+        return {"tau_reference": ("deep_ensemble", {"members": self.members, "loss": self.loss,
+                                                    "checkpoint": "best"})}
+
+    def bind(self, references: dict[str, dict]) -> tuple["DARE", dict[str, Any]]:
+        if self.delta is None:
+            return self, {"tau": self.threshold}
+        ref = references.get("tau_reference")
+        if ref is None:
+            raise ReferenceFailed("its tau reference run has no record")
+        if ref.get("status") != "ok" or not math.isfinite(ref.get("val_task_loss", math.nan)):
+            raise ReferenceFailed(f"its tau reference run {ref.get('run_id')} ended with status "
+                                  f"{ref.get('status')!r}, so tau cannot be computed")
+        tau = (1.0 + self.delta) * ref["val_task_loss"]
+        return dataclasses.replace(self, threshold=tau), {"tau": tau, "tau_reference_run_id": ref["run_id"],
+                                                          "tau_reference_val_loss": ref["val_task_loss"]}
+
+    @property
+    def checkpoint_threshold(self) -> float | None:
+        return self.threshold
 
     def penalty(self, model: StackedMLP, task_loss: torch.Tensor) -> torch.Tensor:
+        if self.threshold is None:
+            raise RuntimeError("DARE with delta must be bound to its reference run before training")
         switch = (task_loss.detach() <= self.threshold).to(task_loss.dtype)
         return -switch * anti_regularizer(model.parameters())

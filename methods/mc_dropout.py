@@ -22,6 +22,10 @@ class MCDropout(Method):
                          help="stochastic forward passes at test time (T)")
 
     @property
+    def label(self) -> str:
+        return "MC dropout"
+
+    @property
     def n_networks(self) -> int:
         return 1
 

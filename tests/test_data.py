@@ -17,12 +17,13 @@ def test_data_dir_flag_then_environment_then_default(monkeypatch):
 
 def test_split_sizes_and_ood_is_the_other_dataset_test_split(tiny_data):
     data = load_benchmark_data(make_protocol({"val_size": 50}), tiny_data, download=False)
-    assert (len(data.train), len(data.val), len(data.test), len(data.ood)) == (250, 50, 100, 100)
+    assert list(data.ood) == ["fashion_mnist"] and data.ood_skipped == {}
+    assert (len(data.train), len(data.val), len(data.test), len(data.ood["fashion_mnist"])) == (250, 50, 100, 100)
     assert data.train.x.shape == (250, 784) and data.train.x.dtype == torch.float32
     assert 0.0 <= data.train.x.min() and data.train.x.max() <= 1.0  # raw pixels in [0, 1]
     swapped = load_benchmark_data(make_protocol({"val_size": 50, "id_dataset": "fashion_mnist"}), tiny_data,
                                   download=False)
-    torch.testing.assert_close(swapped.ood.x, data.test.x)  # MNIST test is OOD for Fashion-MNIST
+    torch.testing.assert_close(swapped.ood["mnist"].x, data.test.x)  # MNIST test is OOD for Fashion-MNIST
 
 
 def test_split_seed_changes_the_validation_split(tiny_data):
@@ -38,7 +39,8 @@ def test_standardize_uses_train_statistics_for_every_split(tiny_data):
     assert std.train.x.mean().item() == pytest.approx(0.0, abs=1e-5)
     assert std.train.x.std().item() == pytest.approx(1.0, abs=1e-4)
     mean, sd = raw.train.x.mean(), raw.train.x.std()
-    torch.testing.assert_close(std.ood.x, (raw.ood.x - mean) / sd)  # same transform on OOD
+    ood = raw.ood["fashion_mnist"].x
+    torch.testing.assert_close(std.ood["fashion_mnist"].x, (ood - mean) / sd)  # same transform on OOD
 
 
 def test_no_validation_split_is_allowed(tiny_data):

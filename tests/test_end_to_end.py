@@ -15,24 +15,27 @@ def test_cli_run_writes_records_tables_and_plots(tiny_data, tmp_path, capsys):
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS]) == 0
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 6 and set(runs["status"]) == {"ok"}
-    for col in ("method", "members", "threshold", "dropout", "passes", "id_dataset", "ood_dataset",
-                "ood_split", "preprocess", "epochs", "early_stop_acc", "batch_size", "lr", "hidden",
-                "seed", "train_seconds", "id_acc", "auroc_pred_entropy", "fpr95_one_minus_max_prob"):
+    for col in ("method", "label", "members", "loss", "checkpoint", "threshold", "delta", "dropout", "passes",
+                "id_dataset", "ood_sets", "ood_split", "preprocess", "epochs", "early_stop_acc", "batch_size",
+                "lr", "hidden", "init", "adam_eps", "split_seed", "primary_score", "seed", "train_seconds",
+                "id_acc", "auroc_pred_entropy_vs_fashion_mnist", "fpr95_one_minus_max_prob_vs_fashion_mnist",
+                "kept_epochs", "member_val_loss", "val_task_loss", "tau"):
         assert col in runs.columns, col
-    assert set(runs["ood_split"]) == {"test"} and set(runs["ood_dataset"]) == {"fashion_mnist"}
+    assert set(runs["ood_split"]) == {"test"} and set(runs["ood_sets"]) == {"fashion_mnist"}
     assert (runs["id_acc"] > 0.5).all()  # the synthetic classes are learnable; chance is 0.1
 
     summary = pd.read_csv(out / "summary.csv")
     assert len(summary) == 3 and set(summary["n"]) == {2}
     dare = summary[summary["method"] == "dare"].iloc[0]
-    seeds = runs[runs["method"] == "dare"]["auroc_pred_entropy"]
-    assert abs(dare["auroc_pred_entropy_mean"] - seeds.mean()) < 1e-12
-    assert abs(dare["auroc_pred_entropy_std"] - seeds.std(ddof=1)) < 1e-12
+    seeds = runs[runs["method"] == "dare"]["auroc_pred_entropy_vs_fashion_mnist"]
+    assert abs(dare["auroc_pred_entropy_vs_fashion_mnist_mean"] - seeds.mean()) < 1e-12
+    assert abs(dare["auroc_pred_entropy_vs_fashion_mnist_std"] - seeds.std(ddof=1)) < 1e-12
+    assert "tau_mean" in summary and "seed_mean" not in summary  # per-seed values are statistics, not groups
 
     for name in ("comparison.png", "ood_histograms.png", "roc_curves.png", "summary.md",
-                 "top_uncertain_dare_members_2_threshold_0_3.png"):
+                 "top_uncertain_dare_checkpoint_none_members_2_loss_ce_threshold_0_3.png"):
         assert (out / name).stat().st_size > 0, name
-    assert "AUROC entropy" in capsys.readouterr().out
+    assert "AUROC vs fashion_mnist" in capsys.readouterr().out
 
     # the same command again finds every run finished and trains nothing; --force redoes them
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
@@ -49,7 +52,7 @@ def test_same_seed_gives_identical_metrics(tiny_data, tmp_path):
     for name in ("a", "b"):
         assert main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path / name), *ARGS, "--no-plots"]) == 0
     a, b = (pd.read_csv(tmp_path / n / "runs.csv") for n in ("a", "b"))
-    pd.testing.assert_series_equal(a["auroc_pred_entropy"], b["auroc_pred_entropy"])
+    pd.testing.assert_series_equal(a["auroc_pred_entropy_vs_fashion_mnist"], b["auroc_pred_entropy_vs_fashion_mnist"])
     pd.testing.assert_series_equal(a["id_nll_nats"], b["id_nll_nats"])
 
 

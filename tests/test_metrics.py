@@ -83,9 +83,20 @@ def test_ood_metrics_perfect_and_reversed():
 def test_evaluate_names_units_and_scores():
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(3), size=(4, 20))
-    out, scores = metrics.evaluate(probs, rng.integers(0, 3, 20), probs[:, ::-1])
-    for col in ("id_pred_entropy_bits", "ood_mutual_info_bits", "id_nll_nats", "auroc_pred_entropy",
-                "fpr95_mutual_info", "aupr_in_one_minus_max_prob", "id_ece", "id_brier"):
+    out, scores = metrics.evaluate(probs, rng.integers(0, 3, 20), {"a": probs[:, ::-1], "b": probs[:, :5]})
+    for col in ("id_pred_entropy_bits", "ood_a_mutual_info_bits", "ood_b_pred_entropy_bits", "id_nll_nats",
+                "auroc_pred_entropy_vs_a", "auroc_pred_entropy_vs_b", "fpr95_mutual_info_vs_a",
+                "aupr_in_one_minus_max_prob_vs_b", "id_ece", "id_brier"):
         assert col in out
     assert set(scores) == {"pred_entropy", "mutual_info", "one_minus_max_prob"}
-    assert np.all(scores["mutual_info"][0] >= 0)
+    assert np.all(scores["mutual_info"][0] >= 0) and set(scores["mutual_info"][1]) == {"a", "b"}
+
+
+def test_a_methods_own_score_is_ranked_like_the_shared_ones():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=(2, 4))
+    own_id = {"mine": np.array([0.0, 1.0, 2.0, 3.0])}
+    own_ood = {"x": {"mine": np.array([2.5, 4.0, 5.0])}}   # 2.5 beats 3 of 4 ID scores
+    out, scores = metrics.evaluate(probs, np.zeros(4, int), {"x": probs[:, :3]}, own_id=own_id, own_ood=own_ood)
+    assert out["auroc_mine_vs_x"] == pytest.approx((3 + 4 + 4) / 12)
+    np.testing.assert_array_equal(scores["mine"][1]["x"], own_ood["x"]["mine"])

@@ -19,7 +19,8 @@ from idx import write_both
 GRID = ["--methods", "deep_ensemble", "mc_dropout", "--seeds", "0", "1", "2", "--epochs", "60",
         "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "-o", "passes=3",
         "--no-download", "--no-plots"]
-METRICS = ["run_id", "id_acc", "id_nll_nats", "auroc_pred_entropy", "auroc_mutual_info", "fpr95_pred_entropy"]
+METRICS = ["run_id", "id_acc", "id_nll_nats", "auroc_pred_entropy_vs_fashion_mnist",
+           "auroc_mutual_info_vs_fashion_mnist", "fpr95_pred_entropy_vs_fashion_mnist"]
 
 
 def metrics(out: Path) -> pd.DataFrame:

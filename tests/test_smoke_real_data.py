@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.smoke, pytest.mark.skipif(
 
 def test_one_epoch_on_real_mnist():
     data = load_benchmark_data(make_protocol({}), DATA, download=False)
-    assert (len(data.train), len(data.val), len(data.test), len(data.ood)) == (59000, 1000, 10000, 10000)
+    assert (len(data.train), len(data.val), len(data.test), len(data.ood["fashion_mnist"])) == (59000, 1000, 10000, 10000)
     method = DeepEnsemble(members=1)
     protocol = make_protocol({"epochs": 1})
     model = train(method, protocol, data.train, data.n_classes, seed=0, progress=False).model

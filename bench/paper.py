@@ -1,0 +1,184 @@
+"""The harness's numbers beside a paper's published table (``python -m bench paper-table``).
+
+Rows are the summary's configs whose in-distribution set matches; each is matched to published
+rows by its method label ("DE (NLL)", "DE (MSE)", "DARE", ...). Columns are ID accuracy and the
+AUROC against each OOD set, by the score each row is reported with (the method's
+``primary_score``: the paper's Eq. 35 distance for DE (MSE) and DARE, predictive entropy
+otherwise), all in percent as mean ± std (n), beside the published mean ± std and the difference
+in units of the published std.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import ConfigError
+
+PUBLISHED_DIR = Path(__file__).with_name("published")
+PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
+ACCURACY = "ID accuracy"
+
+
+def available_tables() -> list[str]:
+    return sorted(p.stem for p in PUBLISHED_DIR.glob("*.csv"))
+
+
+def load_published(name_or_path: str) -> pd.DataFrame:
+    """A published table by name (bench/published/NAME.csv) or path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PUBLISHED_DIR / f"{name_or_path}.csv"
+    if not path.is_file():
+        raise ConfigError(f"unknown published table '{name_or_path}' (available: {', '.join(available_tables())},"
+                          " or a path to a .csv file)")
+    table = pd.read_csv(path, keep_default_na=False, na_values={"mean": [""], "std": [""]})
+    missing = PUBLISHED_COLUMNS - set(table.columns)
+    if missing:
+        raise ConfigError(f"published table {path}: missing columns {', '.join(sorted(missing))}")
+    return table
+
+
+def _quantities(summary: pd.DataFrame, published: pd.DataFrame) -> list[tuple[str, str | None]]:
+    """(column title, OOD set or None for accuracy): the harness's OOD sets, then any other published one."""
+    sets = [s for value in summary.get("ood_sets", pd.Series(dtype=str)).dropna() for s in str(value).split()]
+    sets += [s for s in published["ood_set"] if s]
+    return [(ACCURACY, None)] + [(f"AUROC vs {s}", s) for s in dict.fromkeys(sets)]
+
+
+def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution: str) -> pd.DataFrame:
+    """Tidy comparison: one row per (config, quantity). Percent units throughout."""
+    published = published[published["in_distribution"] == in_distribution]
+    if summary.empty or "id_dataset" not in summary:
+        return pd.DataFrame()
+    summary = summary[summary["id_dataset"] == in_distribution]
+    order = list(dict.fromkeys(published["method"]))
+    rank = {label: i for i, label in enumerate(order)}
+    summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))))
+    summary = summary.sort_values("_rank", kind="stable")
+    rows = []
+    for _, row in summary.iterrows():
+        for title, ood_set in _quantities(summary, published):
+            if ood_set is None:
+                column, metric, score = "id_acc", "accuracy_pct", ""
+            else:
+                score = row["primary_score"]
+                column, metric = f"auroc_{score}_vs_{ood_set}", "auroc_pct"
+            paper = published[(published["method"] == row["label"]) & (published["metric"] == metric)
+                              & (published["ood_set"] == (ood_set or ""))]
+            mean = row.get(f"{column}_mean", math.nan)
+            std = row.get(f"{column}_std", math.nan)
+            p_mean = float(paper["mean"].iloc[0]) if len(paper) else math.nan
+            p_std = float(paper["std"].iloc[0]) if len(paper) else math.nan
+            h_mean, h_std = 100 * float(mean), 100 * float(std)
+            rows.append({
+                "label": row["label"], "variant": row["variant"], "preset": row.get("preset", ""),
+                "quantity": title, "ood_set": ood_set or "", "score": score,
+                "harness_mean": h_mean, "harness_std": h_std, "harness_n": int(row["n"]),
+                "paper_mean": p_mean, "paper_std": p_std,
+                "paper_n": int(paper["n_seeds"].iloc[0]) if len(paper) else None,
+                "diff": h_mean - p_mean,
+                "diff_in_paper_std": (h_mean - p_mean) / p_std if p_std and p_std == p_std else math.nan,
+                "source": paper["source"].iloc[0] if len(paper) else "",
+            })
+    return pd.DataFrame(rows)
+
+
+def _cell(mean: float, std: float, n) -> str:
+    if mean != mean:
+        return "-"
+    spread = "" if std != std else f" ± {std:.1f}"
+    return f"{mean:.1f}{spread}" + (f" ({n})" if n else "")
+
+
+def format_markdown(table: pd.DataFrame) -> str:
+    """Wide Markdown: a row per config; per quantity the harness, the paper and the difference."""
+    if table.empty:
+        return "no finished runs for this in-distribution set"
+    quantities = list(dict.fromkeys(table["quantity"]))
+    header = ["method", "variant", "score"]
+    for q in quantities:
+        header += [f"{q}: harness", f"{q}: paper", f"{q}: Δ / paper sd"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (label, variant, preset), group in table.groupby(["label", "variant", "preset"], sort=False):
+        by_q = group.set_index("quantity")
+        scores = sorted({s for s in group["score"] if s})
+        cells = [label, f"`{variant}`", ", ".join(scores)]
+        for q in quantities:
+            r = by_q.loc[q]
+            cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"] if r["harness_mean"] == r["harness_mean"] else None),
+                      _cell(r["paper_mean"], r["paper_std"], None),
+                      "-" if r["diff_in_paper_std"] != r["diff_in_paper_std"] else f"{r['diff_in_paper_std']:+.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
+    """Harness vs paper per method, one panel per quantity, mean ± sd error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    quantities = list(dict.fromkeys(table["quantity"]))
+    rows = list(dict.fromkeys(zip(table["label"], table["variant"])))
+    names = [label if [r[0] for r in rows].count(label) == 1 else f"{label}\n{variant}" for label, variant in rows]
+    fig, axes = plt.subplots(1, len(quantities), figsize=(4.3 * len(quantities), 0.6 * len(rows) + 1.8),
+                             sharey=True, squeeze=False)
+    colors = sns.color_palette("colorblind", 2)
+    for ax, q in zip(axes[0], quantities):
+        sub = table[table["quantity"] == q].set_index(["label", "variant"])
+        for i, key in enumerate(rows):
+            r = sub.loc[key]
+            if r["harness_mean"] == r["harness_mean"]:
+                ax.errorbar(r["harness_mean"], i - 0.12, xerr=r["harness_std"], fmt="o", color=colors[0],
+                            capsize=3, label="harness" if i == 0 or "harness" not in ax.get_legend_handles_labels()[1] else None)
+            if r["paper_mean"] == r["paper_mean"]:
+                ax.errorbar(r["paper_mean"], i + 0.12, xerr=r["paper_std"], fmt="s", color=colors[1],
+                            capsize=3, label="paper" if "paper" not in ax.get_legend_handles_labels()[1] else None)
+        ax.set_title(f"{q} (%)")
+        ax.set_yticks(range(len(rows)), names)
+        ax.invert_yaxis()
+        if not sub["harness_mean"].notna().any():
+            ax.text(0.5, 0.5, "not run by the harness\n(see the table's notes)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9, color="grey")
+    handles, labels = [], []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="upper right")
+    fig.suptitle(title + "\nmean ± sd over seeds (harness n per row in paper_table.md; paper n = 5)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
+                      in_distribution: str | None = None, skipped: list[str] | None = None
+                      ) -> tuple[pd.DataFrame, list[Path]]:
+    """paper_table.csv, paper_table.md and paper_table.png in ``out``. Returns (table, files written)."""
+    published = load_published(published_name)
+    if in_distribution is None:
+        present = list(dict.fromkeys(summary.get("id_dataset", pd.Series(dtype=str))))
+        if len(present) != 1:
+            raise ConfigError(f"the results in {out} hold in-distribution sets {present or 'none'}: "
+                              "pass --in-distribution")
+        in_distribution = present[0]
+    table = paper_table(summary, published, in_distribution)
+    table.to_csv(out / "paper_table.csv", index=False)
+    notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
+             f"paper: {', '.join(sorted(set(published['source'])))} (mean ± sd, n = 5). "
+             "Δ / paper sd = (harness mean − paper mean) / paper sd. AUROC uses each row's score column."]
+    notes += [f"Skipped OOD set: {s}" for s in skipped or []]
+    (out / "paper_table.md").write_text(format_markdown(table) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    files = [out / "paper_table.csv", out / "paper_table.md"]
+    if not table.empty:
+        files.append(plot_paper_table(table, out / "paper_table.png",
+                                      f"{in_distribution} in distribution: harness vs {published_name}"))
+    return table, files
