@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
                           "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
                           "Writes OUT/perf.csv. Compare the ratios within one run: timings are noisy.")
-    perf.add_argument("--preset", help="take the MLP, batch size, dataset and member count from this preset "
-                      "(e.g. paper-fmnist); the flags below override it")
+    perf.add_argument("--preset", help="take the work's shape from this preset (e.g. paper-fmnist): its MLP, "
+                      "batch size, dataset and deep-ensemble member count; the flags below override it. The timed "
+                      "loop is always CE on [0,1] pixels with torch init: these do not change the cost")
     perf.add_argument("--members", help="ensemble members (default 3, or the preset's)")
     perf.add_argument("--epochs", default="5", help="epochs (fixed: no early stop)")
     perf.add_argument("--batch-size", help="mini-batch size (default 256, or the preset's)")
@@ -274,35 +275,37 @@ def cmd_perf(args) -> int:
     root = resolve_data_dir(args.data_dir)
     load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
     work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size,
-                hidden=protocol.hidden, dataset=protocol.id_dataset, **peak)
+                hidden=protocol.hidden, dataset=protocol.id_dataset, preset=args.preset or "", **peak)
     table = run_perf(work, root, Path(args.out), execution.torch_device(), args.skip_seed_loop)
     print(format_perf(table))
     print(f"wrote {Path(args.out) / 'perf.csv'}")
     return 0
 
 
-def cmd_report(args) -> int:
+def open_results(out: str):
+    """(store, runs, config columns) of an existing results folder; tables rebuilt from its records."""
     from bench.store import RunStore
-    if not any((Path(args.out) / "records").glob("*.json")):
-        raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
-    store = RunStore(Path(args.out))
+    if not any((Path(out) / "records").glob("*.json")):
+        raise BenchError(f"no records in {out} (expected {Path(out) / 'records'}/<run_id>.json)")
+    store = RunStore(Path(out))
     runs, _, keys, problems = store.write_tables()
     warn(problems)
-    presets = [p for p in dict.fromkeys(runs.get("preset", [])) if p in available_presets()]
-    compare_to = next((load_preset(p)[1].get("compare_to") for p in presets if load_preset(p)[1].get("compare_to")), None)
-    finish(store, runs, keys, args.no_plots, compare_to)
+    return store, runs, keys
+
+
+def cmd_report(args) -> int:
+    store, runs, keys = open_results(args.out)
+    known = set(available_presets())
+    tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
+    finish(store, runs, keys, args.no_plots, next((t for t in tables if t), None))
     return 0
 
 
 def cmd_paper_table(args) -> int:
     from bench.paper import load_published
-    from bench.store import RunStore, summarize
+    from bench.store import summarize
     load_published(args.published)  # a bad name fails before anything is read
-    if not any((Path(args.out) / "records").glob("*.json")):
-        raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
-    store = RunStore(Path(args.out))
-    runs, _, keys, problems = store.write_tables()
-    warn(problems)
+    store, runs, keys = open_results(args.out)
     paper_table(store, runs, summarize(runs, keys), args.published, args.in_distribution)
     return 0
 

@@ -134,8 +134,14 @@ class RunConfig:
 
     def references(self) -> dict[str, "RunConfig"]:
         """Runs this run needs first (same protocol and seed), by role, e.g. DARE's DE (MSE) reference."""
-        return {role: make_run_config(method, options, self.protocol, self.seed, self.preset)
-                for role, (method, options) in self.make_method().references().items()}
+        out = {}
+        for role, (method, options) in self.make_method().references().items():
+            try:
+                out[role] = make_run_config(method, options, self.protocol, self.seed, self.preset)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.variant} needs a reference run ({role}), and it is not valid: "
+                                  f"{exc}") from None
+        return out
 
     @property
     def variant(self) -> str:

@@ -18,6 +18,7 @@ import hashlib
 import math
 import os
 import pickle
+import socket
 import struct
 from pathlib import Path
 
@@ -51,6 +52,8 @@ OFFICIAL_FILES = {
 IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
 CIFAR10 = torchvision.datasets.CIFAR10  # its url, archive name, md5s and folder name
 CIFAR10_TEST_MD5 = dict(CIFAR10.test_list)["test_batch"]
+DOWNLOAD_TIMEOUT_S = 60
+OPTIONAL_OOD_SETS = ("cifar10_gray28",)  # skipped with a note when unavailable; the others are required
 CIFAR10_FULL_SIZE = 30_000_000  # a test_batch this large claims to be the official file: check its md5
 
 
@@ -171,12 +174,16 @@ def _cifar10_gray28(root: Path, download: bool) -> tuple[torch.Tensor, torch.Ten
     path = folder / "test_batch"
     if not path.is_file():
         if not download:
-            raise OodUnavailable(f"{path} not found (--no-download)")
+            raise OodUnavailable(f"{path} not found")
+        previous = socket.getdefaulttimeout()
+        socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # torchvision's urlopen has none: a silent firewall would hang
         try:
             torchvision.datasets.utils.download_and_extract_archive(
                 CIFAR10.url, str(root), filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
         except Exception as exc:  # offline, read-only folder, ...: skip the set, say why
             raise OodUnavailable(f"{path} not found and download failed ({type(exc).__name__})") from None
+        finally:
+            socket.setdefaulttimeout(previous)
     if path.stat().st_size >= CIFAR10_FULL_SIZE and _md5(path) != CIFAR10_TEST_MD5:
         raise DataError(f"{path} is corrupt: md5 differs from the official file's ({CIFAR10_TEST_MD5})")
     try:
@@ -202,9 +209,21 @@ def load_ood_images(root: Path, name: str, download: bool = True) -> tuple[torch
     return loaded
 
 
+def prepare_ood_sets(root: Path, names, download: bool = True) -> dict[str, str]:
+    """Load (downloading where allowed) each OOD set once; returns the optional sets that are
+    unavailable -> why. A required set that is missing raises DataError."""
+    unavailable = {}
+    for name in dict.fromkeys(names):
+        try:
+            load_ood_images(root, name, download)
+        except OodUnavailable as exc:
+            unavailable[name] = str(exc)
+    return unavailable
+
+
 @functools.lru_cache(maxsize=8)
 def _load_ood_images(root: Path, name: str, download: bool):
-    if name == "cifar10_gray28":
+    if name in OPTIONAL_OOD_SETS:
         try:
             return _cifar10_gray28(root, download)
         except OodUnavailable as exc:
@@ -237,7 +256,9 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
     ood, skipped = {}, {}
     for name in protocol.ood_sets:
         try:
-            ood[name] = load_ood_images(root, name, download)
+            # optional sets are downloaded once per grid, before any run (see prepare_ood_sets), so
+            # that every run of a grid, in whichever worker, sees the same sets
+            ood[name] = load_ood_images(root, name, download and name not in OPTIONAL_OOD_SETS)
         except OodUnavailable as exc:
             skipped[name] = str(exc)
 

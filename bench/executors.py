@@ -118,7 +118,7 @@ def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, executor
     others depend on first. Returns the grid's run ids (references included), finished before or now."""
     from tqdm.auto import tqdm
 
-    from bench.data import check_dataset_files, load_ood_images, OodUnavailable
+    from bench.data import check_dataset_files, prepare_ood_sets
     from bench.runner import run_line
 
     log = log or (lambda line: tqdm.write(line))
@@ -137,11 +137,8 @@ def run_grid(configs: list[RunConfig], data_dir: Path, store: RunStore, executor
         log(f"{len(everything) - len(configs)} reference runs added: runs of the grid depend on them")
     for dataset in dict.fromkeys(c.protocol.id_dataset for c in todo):
         check_dataset_files(data_dir, dataset, download)  # fail in the first second, not in a worker
-    for name in dict.fromkeys(s for c in todo for s in c.protocol.ood_sets):
-        try:
-            load_ood_images(data_dir, name, download)
-        except OodUnavailable as exc:
-            log(f"note: OOD set {name} skipped: {exc}")
+    for name, why in prepare_ood_sets(data_dir, (s for c in todo for s in c.protocol.ood_sets), download).items():
+        log(f"note: OOD set {name} skipped: {why}")
     bar = tqdm(total=len(todo), desc="runs", unit="run", disable=None if progress else True)
     for phase in phases:
         for record in executor.map(phase, data_dir, store.out, execution, download, progress):

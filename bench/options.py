@@ -123,8 +123,8 @@ def validate(obj_cls, values: dict[str, Any], what: str) -> dict[str, Any]:
         out[name] = value
     for name, f in fields.items():
         for other in f.metadata.get("excludes", ()):
-            if values.get(name) is not None and out[name] is not None:
-                if values.get(other) is not None:
+            if name in values and out[name] is not None:
+                if other in values and out[other] is not None:
                     raise ConfigError(f"{what}: give {name} or {other}, not both "
                                       f"({name}={values[name]!r}, {other}={values[other]!r})")
                 out[other] = None

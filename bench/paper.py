@@ -9,11 +9,13 @@ in units of the published std.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from bench.config import Protocol
 from bench.errors import ConfigError
 
 PUBLISHED_DIR = Path(__file__).with_name("published")
@@ -56,9 +58,13 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
     order = list(dict.fromkeys(published["method"]))
     rank = {label: i for i, label in enumerate(order)}
     summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))))
-    summary = summary.sort_values("_rank", kind="stable")
+    summary = summary.sort_values("_rank", kind="stable").reset_index(drop=True)
+    # configs that share a variant differ in a protocol value: name it, so rows stay apart
+    protocol = [f.name for f in dataclasses.fields(Protocol) if f.name in summary]
+    varying = [c for c in protocol if summary[c].astype(str).nunique() > 1]
     rows = []
-    for _, row in summary.iterrows():
+    for config, row in summary.iterrows():
+        name = row["variant"] + "".join(f" {c}={row[c]}" for c in varying)
         for title, ood_set in _quantities(summary, published):
             if ood_set is None:
                 column, metric, score = "id_acc", "accuracy_pct", ""
@@ -72,10 +78,11 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
             p_mean = float(paper["mean"].iloc[0]) if len(paper) else math.nan
             p_std = float(paper["std"].iloc[0]) if len(paper) else math.nan
             h_mean, h_std = 100 * float(mean), 100 * float(std)
+            n = row.get(f"{column}_n", row["n"])
             rows.append({
-                "label": row["label"], "variant": row["variant"], "preset": row.get("preset", ""),
+                "config": config, "label": row["label"], "variant": name, "preset": row.get("preset", ""),
                 "quantity": title, "ood_set": ood_set or "", "score": score,
-                "harness_mean": h_mean, "harness_std": h_std, "harness_n": int(row["n"]),
+                "harness_mean": h_mean, "harness_std": h_std, "harness_n": 0 if n != n else int(n),
                 "paper_mean": p_mean, "paper_std": p_std,
                 "paper_n": int(paper["n_seeds"].iloc[0]) if len(paper) else None,
                 "diff": h_mean - p_mean,
@@ -101,13 +108,13 @@ def format_markdown(table: pd.DataFrame) -> str:
     for q in quantities:
         header += [f"{q}: harness", f"{q}: paper", f"{q}: Δ / paper sd"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (label, variant, preset), group in table.groupby(["label", "variant", "preset"], sort=False):
+    for (label, variant), group in table.groupby(["label", "variant"], sort=False):
         by_q = group.set_index("quantity")
         scores = sorted({s for s in group["score"] if s})
         cells = [label, f"`{variant}`", ", ".join(scores)]
         for q in quantities:
             r = by_q.loc[q]
-            cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"] if r["harness_mean"] == r["harness_mean"] else None),
+            cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"]),
                       _cell(r["paper_mean"], r["paper_std"], None),
                       "-" if r["diff_in_paper_std"] != r["diff_in_paper_std"] else f"{r['diff_in_paper_std']:+.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -124,36 +131,29 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
 
     sns.set_theme(style="whitegrid", context="notebook")
     quantities = list(dict.fromkeys(table["quantity"]))
-    rows = list(dict.fromkeys(zip(table["label"], table["variant"])))
-    names = [label if [r[0] for r in rows].count(label) == 1 else f"{label}\n{variant}" for label, variant in rows]
-    fig, axes = plt.subplots(1, len(quantities), figsize=(4.3 * len(quantities), 0.6 * len(rows) + 1.8),
+    configs = table.drop_duplicates("config")
+    labels = list(configs["label"])
+    names = [lab if labels.count(lab) == 1 else f"{lab}\n{var}" for lab, var in zip(labels, configs["variant"])]
+    fig, axes = plt.subplots(1, len(quantities), figsize=(4.3 * len(quantities), 0.6 * len(names) + 1.8),
                              sharey=True, squeeze=False)
-    colors = sns.color_palette("colorblind", 2)
+    harness_color, paper_color = sns.color_palette("colorblind", 2)
     for ax, q in zip(axes[0], quantities):
-        sub = table[table["quantity"] == q].set_index(["label", "variant"])
-        for i, key in enumerate(rows):
-            r = sub.loc[key]
-            if r["harness_mean"] == r["harness_mean"]:
-                ax.errorbar(r["harness_mean"], i - 0.12, xerr=r["harness_std"], fmt="o", color=colors[0],
-                            capsize=3, label="harness" if i == 0 or "harness" not in ax.get_legend_handles_labels()[1] else None)
-            if r["paper_mean"] == r["paper_mean"]:
-                ax.errorbar(r["paper_mean"], i + 0.12, xerr=r["paper_std"], fmt="s", color=colors[1],
-                            capsize=3, label="paper" if "paper" not in ax.get_legend_handles_labels()[1] else None)
+        sub = table[table["quantity"] == q].set_index("config").loc[configs["config"]]
+        y = range(len(sub))
+        ax.errorbar(sub["harness_mean"], [v - 0.12 for v in y], xerr=sub["harness_std"], fmt="o",
+                    color=harness_color, capsize=3, label="harness (mean ± sd over seeds)")
+        ax.errorbar(sub["paper_mean"], [v + 0.12 for v in y], xerr=sub["paper_std"], fmt="s",
+                    color=paper_color, capsize=3, label="paper (mean ± sd, n = 5)")
         ax.set_title(f"{q} (%)")
-        ax.set_yticks(range(len(rows)), names)
-        ax.invert_yaxis()
+        ax.set_yticks(list(y), names)
         if not sub["harness_mean"].notna().any():
-            ax.text(0.5, 0.5, "not run by the harness\n(see the table's notes)", transform=ax.transAxes,
+            ax.text(0.5, 0.5, "not run by the harness\n(see paper_table.md)", transform=ax.transAxes,
                     ha="center", va="center", fontsize=9, color="grey")
-    handles, labels = [], []
-    for ax in axes[0]:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="upper right")
-    fig.suptitle(title + "\nmean ± sd over seeds (harness n per row in paper_table.md; paper n = 5)", fontsize=10)
-    fig.tight_layout()
+    axes[0][0].invert_yaxis()
+    handles, legend = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, legend, loc="lower center", ncol=2, bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -170,6 +170,9 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
             raise ConfigError(f"the results in {out} hold in-distribution sets {present or 'none'}: "
                               "pass --in-distribution")
         in_distribution = present[0]
+    if in_distribution not in set(summary.get("id_dataset", [])):
+        raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
+                          f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
     table = paper_table(summary, published, in_distribution)
     table.to_csv(out / "paper_table.csv", index=False)
     notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "

@@ -35,6 +35,7 @@ class Work:
     hidden: tuple[int, ...] = (256, 256)
     lr: float = 1e-3
     dataset: str = "mnist"
+    preset: str = ""  # where the shape came from, if a preset
     peak_size: int = option(4096, parse_int, "an integer >= 1", check=lambda v: v >= 1,
                             help="matrix size n of the n x n torch.mm peak test")
 

@@ -50,7 +50,8 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
     def predict(split):  # -> (probabilities, the method's own scores)
         return method.predict(result.model, split.x.to(device))
 
-    (p_val, _), (p_id, own_id) = predict(data.val), predict(data.test)
+    p_val = method.predict_proba(result.model, data.val.x.to(device)).cpu().numpy()  # val: no OOD scores
+    p_id, own_id = predict(data.test)
     ood = {name: predict(split) for name, split in data.ood.items()}
     if not all(np.isfinite(p).all() for p in (p_val, p_id, *(p for p, _ in ood.values()))):
         record.update(status="diverged", diverged_epoch=max(result.epochs_run), finished_at=_now())

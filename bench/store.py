@@ -166,7 +166,8 @@ def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     out["n_error"] = grouped["_status"].agg(lambda s: int((s == "error").sum()))
     out["seeds"] = grouped["_seed"].agg(lambda s: " ".join(str(int(v)) for v in sorted(s.dropna())))
     if metrics:
-        stats = grouped[metrics].agg(["mean", "std"])
-        stats.columns = [f"{m}_{stat}" for m, stat in stats.columns]
+        # _n: seeds with a value (an OOD set skipped in some runs has fewer than n)
+        stats = grouped[metrics].agg(["mean", "std", "count"])
+        stats.columns = [f"{m}_{'n' if stat == 'count' else stat}" for m, stat in stats.columns]
         out = out.join(stats)
     return out.reset_index()

@@ -40,18 +40,9 @@ class TrainResult:
     model: StackedMLP
     epochs_run: list[int]        # per member: epochs trained before stopping
     history: list[dict]          # per epoch and member: train loss and accuracy, validation loss
-    seconds: float
-    kept_epochs: list[int]       # per member: the epoch whose weights were kept (0: none restored)
+    kept_epochs: list[int]       # per member: the epoch whose weights were kept (0: final weights)
     val_loss: list[float]        # per member: validation task loss of the kept weights (nan: no val)
-
-
-@dataclasses.dataclass
-class _Members:  # what one group of members returns
-    model: StackedMLP
-    epochs_run: list[int]
-    history: list[dict]
-    kept_epochs: list[int]
-    val_loss: list[float]
+    seconds: float = 0.0
 
 
 def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed: int,
@@ -75,8 +66,14 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
                             label if vectorize else f"{label} member {ids[0]}") for ids in groups]
     model = parts[0].model if vectorize else StackedMLP.stack([p.model for p in parts])
     history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
-    return TrainResult(model, [e for p in parts for e in p.epochs_run], history, time.perf_counter() - start,
-                       [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss])
+    return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
+                       [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],
+                       time.perf_counter() - start)
+
+
+def per_member(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a where the member's mask is set, else b: mask (M,), a and b stacked on the member axis."""
+    return torch.where(mask.view(-1, *[1] * (a.dim() - 1)), a, b)
 
 
 @torch.no_grad()
@@ -103,7 +100,7 @@ def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor
 
 def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
                    val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, seed: int,
-                   member_ids: list[int], device: torch.device, progress: bool, label: str) -> _Members:
+                   member_ids: list[int], device: torch.device, progress: bool, label: str) -> TrainResult:
     torch.manual_seed(seed)  # dropout masks
     model = StackedMLP.for_seed(seed, member_ids, x.shape[1], protocol.hidden, n_classes,
                                 method.dropout_rate, protocol.init).to(device)
@@ -144,7 +141,7 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
             if frozen is not None:
                 with torch.no_grad():
                     for p, keep in zip(params, frozen):
-                        p.copy_(torch.where(active.view(-1, *[1] * (p.dim() - 1)), p, keep))
+                        p.copy_(per_member(active, p, keep))
             with torch.no_grad():
                 loss_sum += task.detach() * idx.shape[1]
                 correct += (logits.argmax(-1) == yb).sum(dim=1)
@@ -166,7 +163,7 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
                 saved = [p.detach().clone() for p in params]
             with torch.no_grad():
                 for p, keep in zip(params, saved):
-                    keep.copy_(torch.where(save.view(-1, *[1] * (p.dim() - 1)), p, keep))
+                    keep.copy_(per_member(save, p, keep))
             kept_epoch = torch.where(save, epoch, kept_epoch)
             best_val = torch.where(save, torch.minimum(best_val, val_loss), best_val)
         for i, m in enumerate(member_ids):
@@ -188,6 +185,6 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
         restore = kept_epoch > 0
         with torch.no_grad():
             for p, keep in zip(params, saved):
-                p.copy_(torch.where(restore.view(-1, *[1] * (p.dim() - 1)), keep, p))
+                p.copy_(per_member(restore, keep, p))
     final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members
-    return _Members(model, epochs_run, history, kept_epoch.tolist(), final_val)
+    return TrainResult(model, epochs_run, history, kept_epoch.tolist(), final_val)

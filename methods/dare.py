@@ -74,9 +74,13 @@ class DARE(DeepEnsemble):
         ref = references.get("tau_reference")
         if ref is None:
             raise ReferenceFailed("its tau reference run has no record")
-        if ref.get("status") != "ok" or not math.isfinite(ref.get("val_task_loss", math.nan)):
+        if ref.get("status") != "ok":
             raise ReferenceFailed(f"its tau reference run {ref.get('run_id')} ended with status "
                                   f"{ref.get('status')!r}, so tau cannot be computed")
+        loss = ref.get("val_task_loss")
+        if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+            raise ReferenceFailed(f"its tau reference run {ref.get('run_id')} has no finite validation "
+                                  f"loss ({loss!r}), so tau cannot be computed")
         tau = (1.0 + self.delta) * ref["val_task_loss"]
         return dataclasses.replace(self, threshold=tau), {"tau": tau, "tau_reference_run_id": ref["run_id"],
                                                           "tau_reference_val_loss": ref["val_task_loss"]}

@@ -53,6 +53,12 @@ def test_best_restores_each_members_lowest_validation_epoch():
         short = train(DeepEnsemble(members=2), protocol(epoch), TRAIN, 3, seed=0, progress=False).model
         assert_member_equals(result.model, m, short)
         assert result.val_loss[m] == pytest.approx(min(val_curve(result, m)), rel=1e-5)
+    # the recorded validation loss is the plain task loss of the restored weights, computed here apart
+    with torch.no_grad():
+        logits = result.model(VAL.x)
+    for m in range(2):
+        ce = torch.nn.functional.cross_entropy(logits[m], VAL.y).item()
+        assert result.val_loss[m] == pytest.approx(ce, rel=1e-5)
 
 
 def test_none_keeps_the_final_weights():

@@ -82,6 +82,8 @@ def test_a_missing_ood_download_is_skipped_with_a_note(tiny_data, tmp_path, monk
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network")
     monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", offline)
+    from bench.data import _load_ood_images
+    _load_ood_images.cache_clear()  # no earlier test's outcome for this folder may be reused
     out = tmp_path / "out"
     # the tiny data folder has no CIFAR-10: the run tries the (patched) download, then skips the set
     code = main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "deep_ensemble",
@@ -174,6 +176,31 @@ def test_tau_is_1_25_times_the_reference_validation_loss_and_the_reference_is_re
     assert dare["tau_reference_run_id"] == de["run_id"]
     assert de["val_task_loss"] == pytest.approx(np.mean([float(v) for v in de["member_val_loss"].split()]))
     assert dare["tau"] == pytest.approx(1.25 * de["val_task_loss"], rel=1e-12)
+    # DARE checkpointed against that tau: each kept epoch is the last one with validation loss <= tau
+    for m, kept in enumerate(int(e) for e in dare["kept_epochs"].split()):
+        curve = [h["val_loss"] for h in dare["history"] if h["member"] == m]
+        assert kept == max((e + 1 for e, v in enumerate(curve) if v <= dare["tau"]), default=0)
+
+
+def test_a_reference_without_a_finite_validation_loss_cannot_give_tau():
+    from methods.base import ReferenceFailed
+    method = DARE(members=2, loss="mse", threshold=None, delta=0.25)
+    for ref in ({"run_id": "r", "status": "ok", "val_task_loss": None},
+                {"run_id": "r", "status": "ok", "val_task_loss": float("nan")}, {"run_id": "r", "status": "ok"}):
+        with pytest.raises(ReferenceFailed, match="has no finite validation loss"):
+            method.bind({"tau_reference": ref})
+    with pytest.raises(ReferenceFailed, match="has no record"):
+        method.bind({})
+    bound, recorded = method.bind({"tau_reference": {"run_id": "r", "status": "ok", "val_task_loss": 2.0}})
+    assert bound.threshold == recorded["tau"] == 2.5 and bound.checkpoint_threshold == 2.5
+
+
+def test_dry_run_lists_the_reference_runs(tiny_data, tmp_path, capsys):
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path), "--seeds", "0", *TINY, *QUIET,
+                 "--methods", "dare", "-o", "dare.delta=0.25", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "deep_ensemble(checkpoint=best, members=2, loss=ce) seed 0  (reference)" in lines[0]
+    assert "dare(" in lines[1] and lines[-1] == "2 runs in the grid, 2 to do"
 
 
 def test_a_grid_runs_the_reference_first_when_it_is_missing(tiny_data, tmp_path, monkeypatch):
@@ -243,6 +270,19 @@ def test_bad_paper_protocol_input_is_one_line_and_exit_2(args, message, tmp_path
     assert message in err and err.count("\n") == 1 and err.startswith("dare-bench: error: ")
 
 
+def test_delta_with_threshold_none_is_fine():
+    name, values = load_preset("seed")
+    configs = expand_grid(name, values, ["dare"], [0], {}, ["dare.delta=0.25", "dare.threshold=none"])
+    assert (configs[0].method_options["delta"], configs[0].method_options["threshold"]) == (0.25, None)
+
+
+def test_a_reference_that_is_not_valid_is_named_as_the_reference(tiny_data, tmp_path, capsys):
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path), *QUIET, "--methods", "dare",
+                 "-o", "dare.delta=0.25", "--val-size", "0"]) == 2
+    assert "dare(checkpoint=none, members=3, loss=ce, delta=0.25) needs a reference run (tau_reference)" in \
+        capsys.readouterr().err
+
+
 def test_delta_on_the_command_line_replaces_a_presets_threshold():
     name, values = load_preset("seed")  # its dare has threshold = 0.3
     configs = expand_grid(name, values, ["dare"], [0], {}, ["dare.delta=0.5"])
@@ -277,6 +317,31 @@ def test_paper_table_puts_each_row_beside_its_published_row_in_units_of_the_publ
     assert list(table.index.get_level_values(0).unique()) == ["DARE", "MC dropout"]  # the paper's order first
 
 
+def test_the_summary_counts_seeds_per_metric():
+    from bench.store import summarize
+    runs = pd.DataFrame({"method": ["a", "a", "a"], "seed": [0, 1, 2], "status": ["ok"] * 3,
+                         "id_acc": [0.5, 0.6, 0.7], "auroc_pred_entropy_vs_x": [0.8, None, 0.9]})
+    row = summarize(runs, ["method"]).iloc[0]
+    assert (row["n"], row["id_acc_n"], row["auroc_pred_entropy_vs_x_n"]) == (3, 3, 2)
+    summary = pd.DataFrame([{"label": "DE (NLL)", "variant": "v", "id_dataset": "fashion_mnist", "ood_sets": "mnist",
+                             "primary_score": "pred_entropy", "n": 3, "id_acc_mean": 0.9, "id_acc_std": 0.01,
+                             "id_acc_n": 3, "auroc_pred_entropy_vs_mnist_mean": 0.8,
+                             "auroc_pred_entropy_vs_mnist_std": 0.01, "auroc_pred_entropy_vs_mnist_n": 2}])
+    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist").set_index("quantity")
+    assert table.loc["ID accuracy", "harness_n"] == 3 and table.loc["AUROC vs mnist", "harness_n"] == 2
+
+
+def test_paper_table_keeps_configs_of_different_protocols_apart():
+    base = {"label": "DARE", "variant": "dare(...)", "id_dataset": "fashion_mnist", "ood_sets": "mnist",
+            "primary_score": "eq35_distance", "n": 1, "id_acc_mean": 0.8, "id_acc_std": float("nan")}
+    summary = pd.DataFrame([{**base, "epochs": 50}, {**base, "epochs": 20, "id_acc_mean": 0.7}])
+    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist")
+    acc = table[table["quantity"] == "ID accuracy"].set_index("variant")["harness_mean"]
+    assert acc.to_dict() == pytest.approx({"dare(...) epochs=50": 80.0, "dare(...) epochs=20": 70.0})
+    from bench.paper import format_markdown
+    assert format_markdown(table).count("| DARE |") == 2
+
+
 def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", *TINY, *QUIET,
@@ -288,5 +353,9 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     assert set(table["label"]) == {"DE (NLL)", "DE (MSE)"} and set(table["harness_n"]) == {2}
     md = (out / "paper_table.md").read_text()
     assert "| DE (MSE) |" in md and "88.6 ± 0.1" in md  # the published DE (MSE) accuracy beside ours
+    de_mse = pd.read_csv(out / "runs.csv").query("label == 'DE (MSE)'")["id_acc"]
+    assert f"{100 * de_mse.mean():.1f} ± {100 * de_mse.std():.1f} (2) | 88.6 ± 0.1 |" in md  # ours, then theirs
     assert main(["paper-table", "--out", str(out), "--published", "nope"]) == 2
     assert "unknown published table 'nope'" in capsys.readouterr().err
+    assert main(["paper-table", "--out", str(out), "--in-distribution", "mnist"]) == 2
+    assert "no finished runs with in-distribution set 'mnist'" in capsys.readouterr().err

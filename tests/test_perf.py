@@ -39,7 +39,7 @@ def test_perf_takes_the_paper_protocol_from_its_preset(tiny_data, tmp_path):
     row = pd.read_csv(tmp_path / "perf.csv").set_index("path").loc["harness"]
     assert (row["members"], row["hidden"], row["batch_size"], row["dataset"]) == (5, "100-100-100", 128,
                                                                                    "fashion_mnist")
-    assert 0 < row["fraction_of_peak"]
+    assert 0 < row["fraction_of_peak"] and row["preset"] == "paper-fmnist"
     assert main(["perf", "--preset", "paper-fmnist", "--members", "2", "--epochs", "1", "--peak-size", "64",
                  "--skip-seed-loop", "--data-dir", str(tiny_data), "--out", str(tmp_path)]) == 0
     assert pd.read_csv(tmp_path / "perf.csv").set_index("path").loc["harness", "members"] == 2  # flags win
