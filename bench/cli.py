@@ -242,11 +242,18 @@ def mean_std(mean, std, scale: float, digits: int) -> str:
 
 def cmd_list(_args) -> int:
     from bench.config import OOD_SETS
+    from methods.base import Method
+    shared = {opt for opt, *_ in describe(Method)}
     print("methods (use -o METHOD.NAME=VALUE):")
     for name, cls in REGISTRY.items():
-        print(f"  {name}: {cls.summary}")
+        joint = " [joint: members share batches and one loss]" if cls.joint else ""
+        print(f"  {name}: {cls.summary}{joint}")
         for opt, default, allowed, help_text in describe(cls):
-            print(f"      {opt} = {default!r}  ({allowed}) {help_text}")
+            if opt not in shared:
+                print(f"      {opt} = {default!r}  ({allowed}) {help_text}")
+    print("options every method has:")
+    for opt, default, allowed, help_text in describe(Method):
+        print(f"      {opt} = {default!r}  ({allowed}) {help_text}")
     print("protocol values (flags of `run`):")
     for opt, default, allowed, help_text in protocol_help():
         print(f"  --{opt.replace('_', '-')} = {default!r}  ({allowed}) {help_text}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-STREAMS = {"init": 0, "data_order": 1}
+STREAMS = {"init": 0, "data_order": 1, "method": 2}  # method: a method's own draws (e.g. anchors)
 
 
 def member_generator(seed: int, member: int, stream: str) -> torch.Generator:

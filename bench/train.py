@@ -22,7 +22,7 @@ from bench.config import Protocol
 from bench.data import Split
 from bench.models import StackedMLP
 from bench.seeding import member_generator
-from methods.base import Method
+from methods.base import Batch, Method
 
 POSTFIX_EVERY = 20  # steps between progress-bar updates (each costs a host sync)
 
@@ -61,7 +61,8 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     x, y = data.x.to(device), data.y.to(device)
     val_xy = None if val is None or len(val) == 0 else (val.x.to(device), val.y.to(device))
     all_members = list(range(method.n_networks))
-    groups = [all_members] if vectorize else [[m] for m in all_members]
+    # jointly trained members share one loss, so they always train together
+    groups = [all_members] if vectorize or method.joint else [[m] for m in all_members]
     parts = [_train_members(method, protocol, x, y, val_xy, n_classes, seed, ids, device, progress,
                             label if vectorize else f"{label} member {ids[0]}") for ids in groups]
     model = parts[0].model if vectorize else StackedMLP.stack([p.model for p in parts])
@@ -101,17 +102,20 @@ def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor
 def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
                    val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, seed: int,
                    member_ids: list[int], device: torch.device, progress: bool, label: str) -> TrainResult:
-    torch.manual_seed(seed)  # dropout masks
-    model = StackedMLP.for_seed(seed, member_ids, x.shape[1], protocol.hidden, n_classes,
-                                method.dropout_rate, protocol.init).to(device)
+    torch.manual_seed(seed)  # dropout masks and any other draw a method makes during training
+    model = method.build_model(seed, member_ids, x.shape[1], protocol.hidden, n_classes, protocol.init).to(device)
+    state = method.prepare(model, seed, member_ids)
     members, n = model.members, len(y)
+    # joint: one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
+    task_weight = 1.0 / members if method.joint else 1.0
     params = list(model.parameters())
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
     optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
     saved: list[torch.Tensor] | None = None  # per-member checkpoint (members not yet saved hold junk)
     kept_epoch = torch.zeros(members, dtype=torch.long, device=device)
     best_val = torch.full((members,), float("inf"), device=device)
-    order_gens = [member_generator(seed, m, "data_order") for m in member_ids]
+    # independent members each draw their own data order; joint ones share member 0's
+    order_gens = [member_generator(seed, m, "data_order") for m in ([0] if method.joint else member_ids)]
     active = torch.ones(members, dtype=torch.bool, device=device)
     frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
     epochs_run = [protocol.epochs] * members
@@ -120,21 +124,24 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
 
     for epoch in range(1, protocol.epochs + 1):
         # index permutations are drawn on the CPU (same stream on every device), moved once per epoch
-        perms = torch.stack([torch.randperm(n, generator=g) for g in order_gens]).to(device)  # (M, N)
+        perms = torch.stack([torch.randperm(n, generator=g) for g in order_gens]).to(device)  # (M or 1, N)
         loss_sum = torch.zeros(members, device=device)
         correct = torch.zeros(members, device=device)
         bar = tqdm(range(steps), desc=f"{label} epoch {epoch}/{protocol.epochs}", leave=False,
                    disable=None if progress else True, unit="step")
         for step in bar:
             idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
-            # (M, B, D), (M, B): each member its own batch; index_select is ~3x faster than x[idx]
+            # (M, B, D), (M, B): each member its own batch; index_select is ~3x faster than x[idx].
+            # Joint methods: one (B, D) batch that every member sees (the model broadcasts it).
             flat = idx.reshape(-1)
             xb = x.index_select(0, flat).view(*idx.shape, -1)
             yb = y.index_select(0, flat).view(idx.shape)
+            if method.joint:
+                xb, yb = xb[0], yb.expand(members, -1)
             logits = model(xb, dropout=True)
             task = method.task_loss(logits, yb)
-            penalty = method.penalty(model, task)
-            loss = task if penalty is None else task + penalty
+            penalty = method.penalty(model, task, Batch(xb, yb, logits, state))
+            loss = task * task_weight if penalty is None else task * task_weight + penalty
             optimizer.zero_grad(set_to_none=True)
             (loss * active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
             optimizer.step()
@@ -158,14 +165,16 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
             raise Diverged(epoch)
         val_loss = validation_loss(method, model, val) if val is not None else None
         if val_loss is not None and method.checkpoint != "none":
-            save = checkpoint_mask(method.checkpoint, val_loss, best_val, method.checkpoint_threshold) & active
+            # jointly trained members are one model: checkpointed together, on their mean loss
+            decide = val_loss.mean().expand(members) if method.joint else val_loss
+            save = checkpoint_mask(method.checkpoint, decide, best_val, method.checkpoint_threshold) & active
             if saved is None:
                 saved = [p.detach().clone() for p in params]
             with torch.no_grad():
                 for p, keep in zip(params, saved):
                     keep.copy_(per_member(save, p, keep))
             kept_epoch = torch.where(save, epoch, kept_epoch)
-            best_val = torch.where(save, torch.minimum(best_val, val_loss), best_val)
+            best_val = torch.where(save, torch.minimum(best_val, decide), best_val)
         for i, m in enumerate(member_ids):
             if active[i]:
                 history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),

@@ -3,10 +3,17 @@
 A method is a dataclass whose fields are its options (declared with ``bench.options.option`` so
 they are validated and listed). The shared training loop asks it for:
 
-* ``n_networks`` / ``dropout_rate``: the shape of the stacked model to train;
-* ``task_loss`` and ``penalty``: the per-member training objective, shape (members,). The task
-  loss on the validation split also drives checkpointing (the ``checkpoint`` option every method
-  has: none, best, or last_below_threshold for methods with a threshold);
+* ``n_networks`` / ``dropout_rate`` / ``build_model``: the model to train (by default the stacked
+  MLP of ``bench.models`` with ``n_networks`` members);
+* ``prepare``: training state kept beside the model (e.g. AnchorNet's anchors), handed back in
+  every ``Batch``;
+* ``task_loss`` and ``penalty``: the training objective. Independent members (the default): member
+  m minimises ``task_m + penalty_m``, each on its own data order. ``joint = True``: every member
+  sees the same batches and the one objective is ``(1/M) sum_m task_m + sum_m penalty_m``, so a
+  term over all members (their outputs in ``batch.logits``, their parameters in ``model``, or an
+  extra forward pass on generated inputs) is simply returned as per-member shares. The task loss
+  on the validation split also drives checkpointing (the ``checkpoint`` option every method has:
+  none, best, or last_below_threshold for methods with a threshold);
 * ``predict``: test-time probabilities, shape (samples, N, classes), plus the method's own
   per-sample OOD scores, if any (``own_scores``). Samples are ensemble members or stochastic
   passes; every evaluator works from these arrays.
@@ -37,6 +44,15 @@ class ReferenceFailed(Exception):
     """A run this run depends on did not finish with usable results."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One training step's data, as a penalty sees it."""
+    x: torch.Tensor        # (M, B, D), each member its own batch; joint methods: (B, D), shared
+    y: torch.Tensor        # (M, B)
+    logits: torch.Tensor   # (M, B, K), with the graph: a penalty may differentiate through it
+    state: Any = None      # what the method's ``prepare`` returned
+
+
 def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per member. logits (M, B, K), targets (M, B) -> (M,)."""
     members, batch, classes = logits.shape
@@ -60,6 +76,7 @@ class Method:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     has_threshold: ClassVar[bool] = False  # may use checkpoint=last_below_threshold
+    joint: ClassVar[bool] = False  # members share batches and one objective (see the module docstring)
 
     checkpoint: str = choice("none", CHECKPOINT_RULES,
                              help="per member, after every epoch, on the validation task loss: none (keep the "
@@ -81,6 +98,15 @@ class Method:
     @property
     def dropout_rate(self) -> float:
         return 0.0
+
+    def build_model(self, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
+                    n_classes: int, init: str) -> StackedMLP:
+        """The model to train; member i is initialised from the (seed, member_ids[i]) stream."""
+        return StackedMLP.for_seed(seed, member_ids, in_features, hidden, n_classes, self.dropout_rate, init)
+
+    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> Any:
+        """Training state kept beside the model, passed back as ``Batch.state``."""
+        return None
 
     @property
     def label(self) -> str:
@@ -110,8 +136,8 @@ class Method:
         """Per-member task loss, (M, B, K), (M, B) -> (M,). Default: cross-entropy."""
         return cross_entropy_loss(logits, targets)
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor) -> torch.Tensor | None:
-        """Per-member term added to the task loss, shape (M,), or None."""
+    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor | None:
+        """Per-member term added to the (weighted) task loss, shape (M,), or None."""
         return None
 
     @torch.no_grad()

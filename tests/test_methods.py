@@ -33,7 +33,7 @@ def test_dare_switch_is_per_member_and_inclusive_at_the_threshold():
     model = StackedMLP.for_seed(0, [0, 1, 2], 4, (5,), 2)
     method = DARE(members=3, threshold=0.3)
     task = torch.tensor([0.2, 0.3, 0.31])
-    penalty = method.penalty(model, task)
+    penalty = method.penalty(model, task, None)
     r = anti_regularizer(model.parameters())
     assert penalty[0].item() == pytest.approx(-r[0].item())
     assert penalty[1].item() == pytest.approx(-r[1].item())  # loss == threshold: on
@@ -43,7 +43,7 @@ def test_dare_switch_is_per_member_and_inclusive_at_the_threshold():
 def test_dare_switch_uses_the_detached_loss():
     model = StackedMLP.for_seed(0, [0], 4, (5,), 2)
     task = torch.tensor([0.1], requires_grad=True)
-    DARE(members=1, threshold=1.0).penalty(model, task).sum().backward()
+    DARE(members=1, threshold=1.0).penalty(model, task, None).sum().backward()
     assert task.grad is None  # the switch adds no gradient through the task loss
 
 

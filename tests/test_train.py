@@ -73,7 +73,7 @@ def test_a_stopped_member_no_longer_changes():
 
 
 class Exploding(DeepEnsemble):
-    def penalty(self, model, task_loss):
+    def penalty(self, model, task_loss, batch):
         return task_loss * float("inf")
 
 

@@ -1,0 +1,46 @@
+"""Repulsive deep ensembles (D'Angelo & Fortuin, 2021), as in the DARE paper's baselines.
+
+Members train jointly, with no trade-off parameter. d_ij is the squared Euclidean distance between
+the full parameter vectors of members i and j (d_ii = 0); the bandwidth is gamma = log(M) /
+median(d) over all M^2 pairs (the median heuristic, no gradient); k_m = sum_j exp(-gamma d_mj);
+the term is (1/M) sum_m k_m / stopgrad(k_m): its value is always 1, its gradient that of
+(1/M) sum_m log k_m, which pushes members apart in weight space.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from bench.models import StackedMLP
+from bench.options import option
+from methods.base import Batch, Method
+from methods.deep_ensemble import MEMBERS_OPTION
+
+
+def repulsion(params: list[torch.Tensor]) -> torch.Tensor:
+    """Per member m: k_m / stopgrad(k_m) / M, parameters stacked (M, ...) -> (M,)."""
+    theta = torch.cat([p.flatten(1) for p in params], dim=1)            # (M, P)
+    members = theta.shape[0]
+    d = (theta.unsqueeze(1) - theta.unsqueeze(0)).square().sum(dim=-1)  # (M, M)
+    median = d.detach().flatten().quantile(0.5)
+    gamma = math.log(members) / median if members > 1 and median > 0 else torch.zeros(())
+    k = torch.exp(-gamma * d).sum(dim=1)
+    return k / k.detach() / members
+
+
+@dataclasses.dataclass(frozen=True)
+class RDE(Method):
+    name = "rde"
+    summary = "joint members repelled in weight space by an RBF kernel (median-heuristic bandwidth)"
+    joint = True
+
+    members: int = option(3, **MEMBERS_OPTION)
+
+    @property
+    def label(self) -> str:
+        return "RDE"
+
+    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
+        return repulsion(list(model.parameters()))

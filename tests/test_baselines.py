@@ -1,0 +1,162 @@
+"""The DARE paper's baselines and the single network: each defining term on a hand-computed case
+(with the gradient where a stop-gradient matters), the joint-training hook, and tiny end-to-end runs."""
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from bench.cli import main
+from bench.config import make_protocol
+from bench.data import Split
+from bench.models import StackedMLP
+from bench.train import train
+from methods.anchor_net import AnchorNet, anchor_distance
+from methods.base import Batch, Method
+from methods.mod import MOD, box_samples, member_variance
+from methods.negcorr import NegCorr, negative_correlation
+from methods.rde import RDE, repulsion
+
+
+def test_anchor_distance_by_hand():
+    w = torch.tensor([[[1.0, 2.0]], [[0.0, 0.0]]])   # (M=2, 1, 2)
+    b = torch.tensor([[1.0], [3.0]])                 # (M=2, 1)
+    anchors = [torch.zeros_like(w), torch.ones_like(b)]
+    # member 0: weights mean((1, 4)) = 2.5, bias 0 -> 1.25; member 1: weights 0, bias 4 -> 2
+    assert anchor_distance([w, b], anchors).tolist() == pytest.approx([1.25, 2.0])
+
+
+def test_anchors_are_per_member_reproducible_and_scaled_by_sigma():
+    model = StackedMLP.for_seed(0, [0, 1], 50, (40,), 3)
+    anchors = AnchorNet(members=2, sigma=10.0).prepare(model, seed=7, member_ids=[0, 1])
+    alone = AnchorNet(members=1, sigma=10.0).prepare(StackedMLP.for_seed(0, [1], 50, (40,), 3), 7, [1])
+    for a, single in zip(anchors, alone):
+        torch.testing.assert_close(a[1], single[0])  # member 1's anchors do not depend on its neighbours
+    assert torch.cat([a.flatten() for a in anchors]).std().item() == pytest.approx(10.0, rel=0.05)
+    assert not torch.equal(anchors[0][0], anchors[0][1])
+    penalty = AnchorNet(members=2, lam=0.5).penalty(model, None, Batch(None, None, None, anchors))
+    torch.testing.assert_close(penalty, 0.5 * anchor_distance(list(model.parameters()), anchors))
+
+
+def test_mod_draws_in_the_batch_box_and_rewards_member_variance():
+    torch.manual_seed(0)
+    x = torch.tensor([[0.0, 10.0], [1.0, 30.0], [0.5, 20.0]])
+    draws = box_samples(x.repeat(100, 1))
+    assert draws.shape == (300, 2)
+    assert (draws[:, 0] >= 0).all() and (draws[:, 0] <= 1).all() and (draws[:, 1] >= 10).all() and (draws[:, 1] <= 30).all()
+    # two members, one sample, two outputs: (1, 3) and (3, 3) -> variances 1 and 0 -> mean 0.5
+    outputs = torch.tensor([[[1.0, 3.0]], [[3.0, 3.0]]])
+    assert member_variance(outputs).item() == pytest.approx(0.5)
+
+    class Fixed(StackedMLP):  # outputs that do not depend on the input
+        def forward(self, x, dropout=False):
+            return outputs
+    fixed = Fixed(2, 2, (1,), 2)
+    shares = MOD(members=2, lam=0.1).penalty(fixed, None, Batch(x, None, None))
+    assert shares.tolist() == pytest.approx([-0.025, -0.025])  # sum: -lam * 0.5
+
+
+def test_negcorr_value_and_stopped_gradient_by_hand():
+    f = torch.tensor([[[1.0]], [[3.0]]], requires_grad=True)  # M = 2, B = 1, K = 1; fbar = 2
+    per_member = negative_correlation(f)
+    # deviations (-1, 1); the others' deviations (1, -1); products (-1, -1)
+    assert per_member.tolist() == pytest.approx([-1.0, -1.0])
+    per_member.sum().backward()
+    # fbar and the others' sum are stopped: d/df_m = sum_{j != m}(f_j - fbar) = (1, -1)
+    assert f.grad.flatten().tolist() == pytest.approx([1.0, -1.0])
+
+    class Model:
+        members = 2
+    shares = NegCorr(members=2, lam=0.3).penalty(Model(), None, Batch(None, None, f.detach()))
+    assert shares.sum().item() == pytest.approx(0.3 * (1 / 2) * (-2.0))  # lam (1/M) sum_m
+
+
+def test_rde_value_bandwidth_and_gradient_by_hand():
+    theta = torch.tensor([[0.0], [2.0]], requires_grad=True)  # two members, one parameter each
+    shares = repulsion([theta])
+    # d = [[0, 4], [4, 0]], median of {0, 0, 4, 4} = 2, gamma = log 2 / 2, k_m = 1 + exp(-2 log 2) = 1.25
+    assert shares.tolist() == pytest.approx([0.5, 0.5])  # k / stopgrad(k) / M: value 1 in all
+    shares.sum().backward()
+    # gradient of (1/M) sum_m log k_m: member 0: (1/2) * 2 * [0.25 * gamma * 4] / 1.25 = 0.4 log 2
+    assert theta.grad.flatten().tolist() == pytest.approx([0.4 * math.log(2), -0.4 * math.log(2)])
+    one = repulsion([torch.zeros(1, 3, requires_grad=True)])  # one member: no repulsion, no nan
+    assert one.tolist() == [1.0]
+
+
+def split(n=96, d=6, k=3):
+    g = torch.Generator().manual_seed(1)
+    y = torch.randint(0, k, (n,), generator=g)
+    return Split(torch.randn(n, d, generator=g) + torch.nn.functional.one_hot(y, d).float() * 3, y)
+
+
+PROTOCOL = make_protocol({"hidden": [16], "epochs": 2, "batch_size": 16, "early_stop_acc": None})
+
+
+@dataclasses.dataclass(frozen=True)
+class JointSpy(Method):
+    name = "joint_spy"
+    joint = True
+    seen: list = dataclasses.field(default_factory=list, compare=False)
+
+    @property
+    def n_networks(self):
+        return 3
+
+    def penalty(self, model, task_loss, batch):
+        self.seen.append((batch.x.dim(), batch.y))
+        return None
+
+
+def test_joint_members_share_every_batch_and_always_train_stacked():
+    spy = JointSpy()
+    train(spy, PROTOCOL, split(), 3, seed=0, progress=False, vectorize=False)
+    assert spy.seen and all(dim == 2 for dim, _ in spy.seen)  # one (B, D) batch for all members
+    assert all(torch.equal(y[0], y[1]) and torch.equal(y[0], y[2]) for _, y in spy.seen)
+    a = train(MOD(members=2, lam=0.1), PROTOCOL, split(), 3, seed=0, progress=False, vectorize=True).model
+    b = train(MOD(members=2, lam=0.1), PROTOCOL, split(), 3, seed=0, progress=False, vectorize=False).model
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_each_baseline_term_changes_training():
+    data = split()
+    for method, off in ((AnchorNet(members=2, lam=10.0), AnchorNet(members=2, lam=0.0)),
+                        (MOD(members=2, lam=1.0), MOD(members=2, lam=0.0)),
+                        (NegCorr(members=2, lam=1.0), NegCorr(members=2, lam=0.0))):
+        on_w = train(method, PROTOCOL, data, 3, seed=0, progress=False).model.weights[0]
+        off_w = train(off, PROTOCOL, data, 3, seed=0, progress=False).model.weights[0]
+        assert not torch.allclose(on_w, off_w), method.name
+    # RDE has no weight: its repulsion must move members apart compared with the same joint run without it
+    rde = train(RDE(members=3), PROTOCOL, data, 3, seed=0, progress=False).model
+    no_term = train(NegCorr(members=3, lam=0.0), PROTOCOL, data, 3, seed=0, progress=False).model
+    spread = lambda m: torch.cat([p.flatten(1) for p in m.parameters()], 1).var(0).sum()  # noqa: E731
+    assert spread(rde) > spread(no_term)
+
+
+def test_baselines_and_single_network_end_to_end(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "--epochs", "2",
+                 "--val-size", "50", "--no-download", "-q", "--no-plots", "-o", "members=2",
+                 "--methods", "single_network", "anchor_net", "mod", "negcorr", "rde",
+                 "-o", "anchor_net.sigma=0.1", "-o", "checkpoint=best"]) == 0
+    runs = pd.read_csv(out / "runs.csv").set_index("method")
+    assert set(runs["status"]) == {"ok"} and len(runs) == 5
+    assert runs.loc["single_network", "label"] == "Single network"
+    assert len(str(runs.loc["single_network", "kept_epochs"]).split()) == 1
+    assert set(runs.loc[["anchor_net", "mod", "negcorr", "rde"], "label"]) == {"AnchorNet", "MOD", "NegCorr", "RDE"}
+    assert (runs["id_acc"] > 0.5).all()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "anchor_net", "-o", "anchor_net.sigma=-1"], "sigma='-1' is out of range"),
+    (["--methods", "anchor_net", "-o", "anchor_net.lam=-0.1"], "lam='-0.1' is out of range"),
+    (["--methods", "mod", "-o", "mod.lam=inf"], "lam='inf' is out of range"),
+    (["--methods", "negcorr", "-o", "negcorr.lam=-1"], "lam='-1' is out of range"),
+    (["--methods", "rde", "-o", "rde.lam=1"], "method rde: unknown option 'lam'"),
+    (["--methods", "single_network", "-o", "single_network.members=3"], "unknown option 'members'"),
+])
+def test_bad_baseline_options_are_one_line(args, message, tmp_path, capsys):
+    assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), "--no-download", "-q", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
