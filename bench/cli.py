@@ -94,6 +94,12 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="set a method option; a comma list makes a grid (e.g. dare.threshold=0.1,0.3; "
                      "members=5 sets it for every selected method that has it). Repeatable. "
                      "See `python -m bench list` for each method's options")
+    run.add_argument("--select", action="append", default=[], metavar="METHOD.NAME=V[,V...]",
+                     help="select METHOD's option NAME on the validation split instead of running every value: "
+                     "per seed, train the values in the given order, score each by the validation NLL of the "
+                     "member-averaged softmax, stop at the first that scores worse than the best so far, and "
+                     "report the best (every candidate is recorded). Repeatable; several names make a product "
+                     "grid walked in the given order. A preset's [select.METHOD] table does the same")
     group = run.add_argument_group("protocol (override the preset; every value is recorded in each row)")
     for name, _default, allowed, help_text in protocol_help():
         group.add_argument(f"--{name.replace('_', '-')}", dest=f"protocol_{name}", metavar="V",
@@ -129,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     preset, values = load_preset(args.preset)
     overrides = {k[len("protocol_"):]: v for k, v in vars(args).items()
                  if k.startswith("protocol_") and v is not None}
-    configs = expand_grid(preset, values, args.methods, args.seeds, overrides, args.option)
+    configs = expand_grid(preset, values, args.methods, args.seeds, overrides, args.option, args.select)
     execution = make_execution({"device": args.device, "threads": args.threads,
                                 "vectorize": not args.no_vectorize})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
@@ -142,6 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for config in first + then:
             state = "finished" if config.run_id in finished and not args.force else "to do"
             role = "  (reference)" if config not in configs else ""
+            if hasattr(config, "candidates"):
+                role = f"  (selection: up to {len(config.candidates())} candidate runs)"
             print(f"{config.run_id}  {state:<8}  {config.variant} seed {config.seed}{role}")
         warn(problems)
         todo = sum(c.run_id not in finished or args.force for c in first + then)
@@ -217,7 +225,8 @@ def format_summary(summary, markdown: bool = False) -> str:
     if summary.empty:
         return "no finished runs"
     columns = headline(summary)
-    header = ["variant", "n", "score"] + [title for _, title, _, _ in columns]
+    chosen = "selected" in summary and summary["selected"].fillna("").astype(bool).any()
+    header = ["variant", "n", "score"] + [title for _, title, _, _ in columns] + (["selected (by seed)"] if chosen else [])
     lines = []
     for _, row in summary.iterrows():
         n = f"{row['n']}" + "".join(f" (+{row[f'n_{k}']} {k})" for k in ("diverged", "error") if row.get(f"n_{k}"))
@@ -225,7 +234,7 @@ def format_summary(summary, markdown: bool = False) -> str:
         lines.append([str(row["variant"]), n, score] + [
             mean_std(row.get(f"{col.replace('{score}', score)}_mean"),
                      row.get(f"{col.replace('{score}', score)}_std"), scale, digits)
-            for col, _, scale, digits in columns])
+            for col, _, scale, digits in columns] + ([str(row.get("selected") or "")] if chosen else []))
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
@@ -297,6 +306,8 @@ def open_results(out: str):
     store = RunStore(Path(out))
     runs, _, keys, problems = store.write_tables()
     warn(problems)
+    if "candidate_of" in runs:  # a selection's candidates are in runs.csv; its own row stands for them
+        runs = runs[runs["candidate_of"] == ""]
     return store, runs, keys
 
 

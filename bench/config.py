@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import ConfigError
-from bench.options import (choice, describe, option, parse_int, parse_int_tuple, parse_optional_float,
+from bench.options import (choice, describe, option, parse_bool, parse_int, parse_int_tuple, parse_optional_float,
                            parse_float, parse_str, parse_str_tuple, validate)
 from methods import Method, get_method
 
@@ -77,14 +77,6 @@ class Protocol:
     def split_seed_for(self, run_seed: int) -> int:
         """The seed of the train/validation split of a run with this seed."""
         return run_seed if self.split_seed == SPLIT_FROM_RUN_SEED else self.split_seed
-
-
-def parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "false", "no", "0"):
-        return value.strip().lower() in ("true", "yes", "1")
-    raise ValueError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +195,7 @@ def protocol_help() -> list[tuple[str, Any, str, str]]:
     return describe(Protocol)
 
 
-PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "compare_to"}
+PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to"}
 
 
 def exclusive_with(cls: type, name: str) -> set[str]:
@@ -224,8 +216,12 @@ def parse_option_assignment(text: str) -> tuple[str | None, str, list[str]]:
 
 def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] | None,
                 seeds: list[Any] | None, protocol_overrides: dict[str, Any],
-                option_assignments: list[str]) -> list[RunConfig]:
-    """Every (method, option combination, seed) run, validated before anything trains."""
+                option_assignments: list[str], select_assignments: list[str] = ()) -> list:
+    """Every (method, option combination, seed) run, validated before anything trains. A method
+    with a selection spec (a preset's [select.METHOD] table, or --select METHOD.NAME=V,...) gives
+    one ``bench.select.Selection`` per remaining option combination and seed instead."""
+    from bench.select import Selection, parse_select_spec
+
     unknown = sorted(set(preset_values) - PRESET_KEYS)
     if unknown:
         raise ConfigError(f"preset {preset}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(PRESET_KEYS))})")
@@ -256,10 +252,46 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
                 grids[m].pop(other, None)                               # preset's threshold
             grids[m][name] = values
             given[m].add(name)
-    configs = []
+    specs = {m: dict(v) for m, v in preset_values.get("select", {}).items()}
+    for text in select_assignments:
+        target, name, values = parse_option_assignment(text)
+        if not target:
+            raise ConfigError(f"--select {text!r}: expected METHOD.NAME=VALUE[,VALUE...]")
+        specs.setdefault(target, {"early_break": True})[name] = values
+    for m in specs:
+        if m not in classes:
+            get_method(m)
+            raise ConfigError(f"select: method '{m}' is not among the selected methods")
+    selects = {}
+    for m, spec in specs.items():  # each grid value parsed by its option's parser ('0.1' -> 0.1)
+        grid, early = parse_select_spec(m, spec, f"select {m}")
+        fields = {f.name: f for f in dataclasses.fields(classes[m]) if "parse" in f.metadata}
+        parsed = []
+        for name, values in grid:
+            if name not in fields:
+                raise ConfigError(f"select {m}: unknown option '{name}' (known options: {', '.join(fields)})")
+            try:
+                parsed.append((name, tuple(fields[name].metadata["parse"](v) for v in values)))
+            except (ValueError, TypeError):
+                raise ConfigError(f"select {m}: {name}={list(values)} is not valid; allowed: "
+                                  f"{fields[name].metadata['allowed']}") from None
+        selects[m] = (tuple(parsed), early)
+    configs: list = []
     for m in classes:
-        names = list(grids[m])
+        selected = {n for n, _ in selects[m][0]} if m in selects else set()
+        both = sorted(selected & given[m])
+        if both:
+            raise ConfigError(f"method {m}: option '{both[0]}' is both set (-o) and selected (select)")
+        names = [n for n in grids[m] if n not in selected]
         for combo in itertools.product(*(grids[m][n] for n in names)):
             for seed in seeds:
-                configs.append(make_run_config(m, dict(zip(names, combo)), protocol, seed, preset))
+                fixed = dict(zip(names, combo))
+                if m in selects:
+                    grid, early = selects[m]
+                    first = make_run_config(m, {**fixed, **{n: v[0] for n, v in grid}}, protocol, seed, preset)
+                    selection = Selection(m, fixed, grid, early, protocol, first.seed, preset)
+                    selection.candidates()  # validate every candidate now, not mid-walk
+                    configs.append(selection)
+                else:
+                    configs.append(make_run_config(m, fixed, protocol, seed, preset))
     return configs

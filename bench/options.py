@@ -64,6 +64,14 @@ def parse_str(value: Any) -> str:
     return value.strip()
 
 
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "false", "no", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise ValueError
+
+
 def parse_optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``parse``, but None / 'none' / 'off' / '' mean None."""
     def parse_or_none(value: Any) -> Any:

@@ -25,7 +25,7 @@ from bench.errors import BenchError
 
 # ok: metrics; diverged: non-finite loss/parameters; error: could not start (e.g. its reference failed)
 FINISHED = ("ok", "diverged", "error")
-NOT_IN_TABLES = ("config", "config_columns", "history")  # nested values kept in the record only
+NOT_IN_TABLES = ("config", "config_columns", "history", "candidates")  # nested: kept in the record only
 # numeric columns that describe a run's execution, not its result: never summarised
 NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized"}
 
@@ -130,9 +130,15 @@ class RunStore:
 
 
 def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record; ``candidate_of`` names the selections a run was a candidate of."""
     runs = pd.DataFrame([{k: v for k, v in r.items() if k not in NOT_IN_TABLES} for r in records])
     if not runs.empty:
         runs = runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
+        selections: dict[str, list[str]] = {}
+        for r in records:
+            for c in r.get("candidates", []):
+                selections.setdefault(c["run_id"], []).append(r["run_id"])
+        runs["candidate_of"] = runs["run_id"].map(lambda i: " ".join(selections.get(i, [])))
     return runs
 
 
@@ -165,6 +171,10 @@ def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     out["n_diverged"] = grouped["_status"].agg(lambda s: int((s == "diverged").sum()))
     out["n_error"] = grouped["_status"].agg(lambda s: int((s == "error").sum()))
     out["seeds"] = grouped["_seed"].agg(lambda s: " ".join(str(int(v)) for v in sorted(s.dropna())))
+    if "selected" in runs:  # selections: the value chosen at each seed, in seed order
+        chosen = masked.assign(_selected=runs["selected"].where(ok)).sort_values("_seed", kind="stable")
+        out["selected"] = chosen.groupby(keys, dropna=False, sort=False)["_selected"].agg(
+            lambda s: "; ".join(map(str, s.dropna())))
     if metrics:
         # _n: seeds with a value (an OOD set skipped in some runs has fewer than n)
         stats = grouped[metrics].agg(["mean", "std", "count"])

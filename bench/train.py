@@ -108,6 +108,14 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
     members, n = model.members, len(y)
     # joint: one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
     task_weight = 1.0 / members if method.joint else 1.0
+    # jointly trained members are one model: checkpointed, stopped and frozen together, on member means
+    unit = method.joint
+
+    def per_unit(decision: torch.Tensor) -> torch.Tensor:
+        return decision.float().mean().expand(members) if unit else decision
+
+    def choose(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask.all(), a, b) if unit else per_member(mask, a, b)
     params = list(model.parameters())
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
     optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
@@ -148,7 +156,7 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
             if frozen is not None:
                 with torch.no_grad():
                     for p, keep in zip(params, frozen):
-                        p.copy_(per_member(active, p, keep))
+                        p.copy_(choose(active, p, keep))
             with torch.no_grad():
                 loss_sum += task.detach() * idx.shape[1]
                 correct += (logits.argmax(-1) == yb).sum(dim=1)
@@ -165,14 +173,13 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
             raise Diverged(epoch)
         val_loss = validation_loss(method, model, val) if val is not None else None
         if val_loss is not None and method.checkpoint != "none":
-            # jointly trained members are one model: checkpointed together, on their mean loss
-            decide = val_loss.mean().expand(members) if method.joint else val_loss
+            decide = per_unit(val_loss)
             save = checkpoint_mask(method.checkpoint, decide, best_val, method.checkpoint_threshold) & active
             if saved is None:
                 saved = [p.detach().clone() for p in params]
             with torch.no_grad():
                 for p, keep in zip(params, saved):
-                    keep.copy_(per_member(save, p, keep))
+                    keep.copy_(choose(save, p, keep))
             kept_epoch = torch.where(save, epoch, kept_epoch)
             best_val = torch.where(save, torch.minimum(best_val, decide), best_val)
         for i, m in enumerate(member_ids):
@@ -181,7 +188,7 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
                                 "train_acc": float(epoch_acc[i]),
                                 "val_loss": float(val_loss[i]) if val_loss is not None else float("nan")})
         if protocol.early_stop_acc is not None:
-            stopping = active & (epoch_acc >= protocol.early_stop_acc)
+            stopping = active & (per_unit(epoch_acc) >= protocol.early_stop_acc)
             if stopping.any():
                 for m in torch.nonzero(stopping).flatten().tolist():
                     epochs_run[m] = epoch
@@ -194,6 +201,6 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
         restore = kept_epoch > 0
         with torch.no_grad():
             for p, keep in zip(params, saved):
-                p.copy_(per_member(restore, keep, p))
+                p.copy_(choose(restore, keep, p))
     final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members
     return TrainResult(model, epochs_run, history, kept_epoch.tolist(), final_val)

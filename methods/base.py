@@ -101,7 +101,9 @@ class Method:
 
     def build_model(self, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
                     n_classes: int, init: str) -> StackedMLP:
-        """The model to train; member i is initialised from the (seed, member_ids[i]) stream."""
+        """The model to train: any module with a ``members`` attribute whose ``forward(x, dropout)``
+        maps (N, D) or (M, N, D) inputs to (M, N, K) outputs. Default: the stacked MLP, member i
+        initialised from the (seed, member_ids[i]) stream."""
         return StackedMLP.for_seed(seed, member_ids, in_features, hidden, n_classes, self.dropout_rate, init)
 
     def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> Any:

@@ -160,3 +160,61 @@ def test_bad_baseline_options_are_one_line(args, message, tmp_path, capsys):
     assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), "--no-download", "-q", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+# -- the cheap-ensemble family: methods that bring their own model ----------------------------------
+
+def test_batch_ensemble_layer_is_shared_weight_times_rank1_factors():
+    from methods.batch_ensemble import BatchEnsemble
+    model = BatchEnsemble(members=3, rank1_init="random_sign").build_model(0, [0, 1, 2], 4, (5,), 2, "torch")
+    assert len(model.shared) == 2 and model.shared[0].shape == (4, 5)  # one W per layer for all members
+    assert set(torch.cat([r.flatten() for r in model.r]).tolist()) == {-1.0, 1.0}
+    x = torch.randn(7, 4)
+    out = model(x)
+    for m in range(3):
+        h = torch.relu((x * model.r[0][m]) @ model.shared[0] * model.s[0][m] + model.bias[0][m])
+        expected = (h * model.r[1][m]) @ model.shared[1] * model.s[1][m] + model.bias[1][m]
+        torch.testing.assert_close(out[m], expected)
+    normal = BatchEnsemble(members=50).build_model(0, list(range(50)), 40, (40,), 2, "torch")
+    assert normal.r[0].mean().item() == pytest.approx(1.0, abs=0.05)
+    assert normal.r[0].std().item() == pytest.approx(0.5, abs=0.05)
+
+
+def test_packed_ensemble_widths_groups_and_masked_weights_stay_zero():
+    from methods.packed_ensemble import PackedEnsemble, group_mask, packed_width
+    assert packed_width(100, 2.0, 4, 1) == 50 and packed_width(100, 2.0, 4, 2) == 50
+    assert packed_width(100, 1.0, 3, 2) == 34  # rounded up to a multiple of gamma
+    assert group_mask(4, 6, 2).tolist() == [[1, 1, 1, 0, 0, 0]] * 2 + [[0, 0, 0, 1, 1, 1]] * 2
+    method = PackedEnsemble(members=2, alpha=2.0, gamma=2)
+    result = train(method, make_protocol({"hidden": [8, 8], "epochs": 2, "batch_size": 16, "early_stop_acc": None}),
+                   split(), 3, seed=0, progress=False)
+    model = result.model
+    assert [w.shape[2] for w in model.weights] == [8, 8, 3]  # 2 * 8 / 2 members = 8 units each
+    hidden_to_hidden = model.weights[1]
+    assert torch.count_nonzero(hidden_to_hidden * (1 - model.mask1)) == 0  # still block-diagonal
+    assert torch.count_nonzero(hidden_to_hidden) == 2 * 2 * 4 * 4  # 2 members x 2 groups of 4 x 4
+
+
+def test_cheap_ensembles_train_jointly_and_checkpoint_as_one_model(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "--epochs", "3",
+                 "--val-size", "50", "--no-download", "-q", "--no-plots", "--lr", "0.005",
+                 "--methods", "batch_ensemble", "packed_ensemble", "-o", "members=3", "-o", "checkpoint=best",
+                 "-o", "packed_ensemble.gamma=2"]) == 0
+    runs = pd.read_csv(out / "runs.csv").set_index("method")
+    assert set(runs["status"]) == {"ok"} and (runs["id_acc"] > 0.5).all()
+    for method in ("batch_ensemble", "packed_ensemble"):
+        kept = runs.loc[method, "kept_epochs"].split()
+        assert len(kept) == 3 and len(set(kept)) == 1  # one model: one kept epoch for all members
+    assert set(runs["label"]) == {"BatchEnsemble", "Packed-Ensembles"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "packed_ensemble", "-o", "packed_ensemble.alpha=0"], "alpha='0' is out of range"),
+    (["--methods", "packed_ensemble", "-o", "packed_ensemble.gamma=0"], "gamma='0' is out of range"),
+    (["--methods", "batch_ensemble", "-o", "batch_ensemble.rank1_init=ones"], "rank1_init='ones' is out of range"),
+])
+def test_bad_cheap_ensemble_options_are_one_line(args, message, tmp_path, capsys):
+    assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), "--no-download", "-q", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -1,0 +1,158 @@
+"""Selection on the validation split, the way the DARE paper tunes its baselines.
+
+A ``Selection`` is, for one method, seed and protocol, an ordered grid of option values. Its walk
+trains the candidates in the given order (each an ordinary run in the store, so it resumes and is
+never trained twice), scores each by the validation NLL of the member-averaged softmax
+(``val_nll_nats``), and stops at the first candidate that scores worse than the best so far. The
+early break may be limited to candidates matching some option values (the paper's AnchorNet walk
+breaks only within its sigma = 10 row). The selection's own record copies the chosen run's
+metrics, names the chosen values (``selected``), and lists every candidate with its score.
+Nothing here reads a test metric.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+from typing import Any
+
+from bench.config import RunConfig, make_run_config
+from bench.errors import ConfigError
+from bench.options import parse_bool
+
+SCORE = "val_nll_nats"  # the validation NLL of the member-averaged softmax
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    method: str
+    fixed: dict[str, Any]                          # options that do not vary
+    grid: tuple[tuple[str, tuple[Any, ...]], ...]  # (name, values in walk order), product in this order
+    early_break: bool | dict[str, Any]             # True, False, or {name: value}: break only there
+    protocol: Any
+    seed: int
+    preset: str
+
+    def candidates(self) -> list[RunConfig]:
+        names = [n for n, _ in self.grid]
+        return [make_run_config(self.method, {**self.fixed, **dict(zip(names, combo))}, self.protocol,
+                                self.seed, self.preset)
+                for combo in itertools.product(*(values for _, values in self.grid))]
+
+    def breaks_at(self, config: RunConfig) -> bool:
+        """Whether the early break applies at this candidate."""
+        if isinstance(self.early_break, dict):
+            return all(_same(config.method_options.get(k), v) for k, v in self.early_break.items())
+        return bool(self.early_break)
+
+    @property
+    def spec(self) -> str:
+        grid = "; ".join(f"{n} in {list(v)}" for n, v in self.grid)
+        where = ("" if self.early_break is True else " (no early break)" if self.early_break is False
+                 else " (early break where " + ", ".join(f"{k}={v}" for k, v in self.early_break.items()) + ")")
+        return f"{grid}{where}"
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.candidates()[0]
+        return {"select": self.spec, **first.to_dict(),
+                "method_options": {k: v for k, v in first.method_options.items() if k not in dict(self.grid)}}
+
+    @property
+    def run_id(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=list)
+        return "sel-" + hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    @property
+    def variant(self) -> str:
+        fixed = ", ".join(f"{k}={v}" for k, v in self.to_dict()["method_options"].items() if v is not None)
+        return f"{self.method}({fixed}; select {self.spec})"
+
+    def row(self) -> dict[str, Any]:
+        first = self.candidates()[0].row()
+        grid_names = {n for n, _ in self.grid}
+        row = {k: v for k, v in first.items() if k not in grid_names}
+        row.update(run_id=self.run_id, variant=self.variant, select=self.spec)
+        return row
+
+    def references(self) -> dict:
+        return {}
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return math.isclose(float(a), float(b))
+    except (TypeError, ValueError):
+        return a == b
+
+
+def parse_select_spec(method: str, values: dict[str, Any], what: str) -> tuple[tuple, bool | dict]:
+    """A preset's [select.METHOD] table -> (grid, early_break)."""
+    values = dict(values)
+    early = values.pop("early_break", True)
+    if isinstance(early, str):
+        try:
+            early = parse_bool(early)
+        except ValueError:
+            raise ConfigError(f"{what}: early_break={early!r} is not valid; allowed: true, false or "
+                              "a table of option values such as {{sigma = 10}}") from None
+    elif not isinstance(early, (bool, dict)):
+        raise ConfigError(f"{what}: early_break={early!r} is not valid; allowed: true, false or a table of option values")
+    grid = []
+    for name, vals in values.items():
+        vals = list(vals) if isinstance(vals, (list, tuple)) else [vals]
+        if not vals:
+            raise ConfigError(f"{what}: the grid of '{name}' is empty; select needs at least one value")
+        grid.append((name, tuple(vals)))
+    if not grid:
+        raise ConfigError(f"{what}: no option to select over (give e.g. lam = [0.01, 0.1, 1])")
+    if isinstance(early, dict):
+        unknown = sorted(set(early) - {n for n, _ in grid})
+        if unknown:
+            raise ConfigError(f"{what}: early_break names '{unknown[0]}', which is not a selected option")
+    return tuple(grid), early
+
+
+@dataclasses.dataclass
+class Walk:
+    """One selection's walk, candidate by candidate."""
+    selection: Selection
+    candidates: list[RunConfig]
+    scores: list[dict] = dataclasses.field(default_factory=list)
+    best: int | None = None
+    stopped: str = ""
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stopped)
+
+    def next_candidate(self) -> RunConfig:
+        return self.candidates[len(self.scores)]
+
+    def observe(self, record: dict) -> None:
+        config = self.candidates[len(self.scores)]
+        score = record.get(SCORE) if record.get("status") == "ok" else None
+        ok = isinstance(score, (int, float)) and math.isfinite(score)
+        self.scores.append({"run_id": config.run_id, **{n: config.method_options[n] for n, _ in self.selection.grid},
+                            "status": record.get("status"), SCORE: score if ok else None})
+        if ok and (self.best is None or score < self.scores[self.best][SCORE]):
+            self.best = len(self.scores) - 1
+        elif self.best is not None and self.selection.breaks_at(config) and (not ok or score > self.scores[self.best][SCORE]):
+            self.stopped = f"early break at candidate {len(self.scores)}: worse than the best so far"
+        if not self.stopped and len(self.scores) == len(self.candidates):
+            self.stopped = "walked the whole grid"
+
+    def record(self, chosen: dict | None) -> dict:
+        """The selection's record: the chosen run's metrics under the selection's config."""
+        sel = self.selection
+        row = sel.row()
+        base = {"config": sel.to_dict(), "config_columns": [k for k in row if k not in ("run_id", "seed")],
+                "candidates": self.scores, "walk": self.stopped}
+        if chosen is None:
+            return {**row, **base, "status": "error", "error": "no candidate finished with a finite validation NLL"}
+        skip = set(chosen["config_columns"]) | {"run_id", "config", "config_columns", "seed"}
+        metrics = {k: v for k, v in chosen.items() if k not in skip}
+        picked = self.scores[self.best]
+        selected = ", ".join(f"{n}={picked[n]}" for n, _ in sel.grid)
+        return {**metrics, **row, **base, "selected": selected, "selected_run_id": chosen["run_id"]}

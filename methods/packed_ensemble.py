@@ -1,0 +1,93 @@
+"""Packed-Ensembles (Laurent et al., 2023), for an MLP: the base network is widened by alpha and
+split into M members of width alpha * w / M each (rounded up to a multiple of gamma); inside a
+member every hidden-to-hidden layer is further split into gamma independent groups
+(block-diagonal weights). The first layer of each member sees the whole input; its last layer is
+dense. Members train jointly (the same batches, the mean of their cross-entropies), as in
+torch-uncertainty's PackedLinear; the block structure is a fixed mask on the stacked weights, so
+the masked weights get no gradient and stay zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from bench.models import StackedMLP
+from bench.options import option, parse_float, parse_int
+from bench.seeding import member_generator
+from methods.base import Method
+from methods.deep_ensemble import MEMBERS_OPTION
+
+
+def packed_width(width: int, alpha: float, members: int, gamma: int) -> int:
+    """Each member's width for a base layer of ``width`` units."""
+    return gamma * math.ceil(width * alpha / members / gamma)
+
+
+def group_mask(n_in: int, n_out: int, groups: int) -> torch.Tensor:
+    """(n_in, n_out) block-diagonal 0/1 mask of ``groups`` equal blocks."""
+    rows = torch.arange(n_in) // (n_in // groups)
+    cols = torch.arange(n_out) // (n_out // groups)
+    return (rows.unsqueeze(1) == cols.unsqueeze(0)).float()
+
+
+class PackedMLP(StackedMLP):
+    """A stacked MLP whose hidden-to-hidden weights are masked to ``gamma`` groups per member."""
+
+    def __init__(self, members: int, in_features: int, hidden: tuple[int, ...], out_features: int, gamma: int):
+        super().__init__(members, in_features, hidden, out_features)
+        sizes = [in_features, *hidden, out_features]
+        for layer in range(len(sizes) - 1):
+            hidden_to_hidden = 0 < layer < len(sizes) - 2
+            mask = group_mask(sizes[layer], sizes[layer + 1], gamma if hidden_to_hidden else 1)
+            self.register_buffer(f"mask{layer}", mask)
+
+    def masks(self) -> list[torch.Tensor]:
+        return [getattr(self, f"mask{layer}") for layer in range(len(self.weights))]
+
+    @torch.no_grad()
+    def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
+        """As StackedMLP's, with each block's own fan-in and fan-out; masked weights set to zero."""
+        for weight, bias, mask in zip(self.weights, self.biases, self.masks()):
+            fan_in, fan_out = int(mask[:, 0].sum()), int(mask[0].sum())  # one block's shape
+            bound = math.sqrt(6.0 / (fan_in + fan_out)) if init == "glorot" else 1.0 / math.sqrt(fan_in)
+            weight[m].uniform_(-bound, bound, generator=generator).mul_(mask)
+            if init == "glorot":
+                bias[m].zero_()
+            else:
+                bias[m].uniform_(-1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in), generator=generator)
+
+    def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+        h = x
+        for layer, (weight, bias, mask) in enumerate(zip(self.weights, self.biases, self.masks())):
+            if layer > 0:
+                h = torch.relu(h)
+            h = torch.baddbmm(bias.unsqueeze(1), h.expand(self.members, *h.shape) if h.dim() == 2 else h,
+                              weight * mask)
+        return h
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedEnsemble(Method):
+    name = "packed_ensemble"
+    summary = "M narrow members (width alpha*w/M, gamma groups each) packed in one network (Laurent et al. 2023)"
+    joint = True
+
+    members: int = option(4, **MEMBERS_OPTION)
+    alpha: float = option(2.0, parse=parse_float, check=lambda v: 0 < v < float("inf"), allowed="a number > 0",
+                          help="width multiplier of the packed network")
+    gamma: int = option(1, parse=parse_int, check=lambda v: v >= 1, allowed="an integer >= 1",
+                        help="groups inside each member's hidden-to-hidden layers")
+
+    @property
+    def label(self) -> str:
+        return "Packed-Ensembles"
+
+    def build_model(self, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
+                    n_classes: int, init: str) -> StackedMLP:
+        widths = tuple(packed_width(w, self.alpha, len(member_ids), self.gamma) for w in hidden)
+        model = PackedMLP(len(member_ids), in_features, widths, n_classes, self.gamma)
+        for i, m in enumerate(member_ids):
+            model.reset_member(i, member_generator(seed, m, "init"), init)
+        return model

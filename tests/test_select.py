@@ -1,0 +1,130 @@
+"""Selection on validation data: the walk, its early break, what is recorded, and bad input."""
+import json
+
+import pandas as pd
+import pytest
+
+import bench.executors as executors
+from bench.cli import main
+from bench.config import expand_grid, make_protocol
+from bench.select import Selection, Walk
+
+PROTOCOL = make_protocol({"val_size": 50})
+
+
+def walk_of(scores, grid=(("lam", (0.0, 0.1, 1.0, 10.0)),), early_break=True, tests=None):
+    """Feed a walk records with these validation NLLs (and these test accuracies); return it."""
+    selection = Selection("anchor_net", {"members": 2}, grid, early_break, PROTOCOL, 0, "custom")
+    walk = Walk(selection, selection.candidates())
+    tests = tests or [0.5] * len(scores)
+    for score, test_acc in zip(scores, tests):
+        if walk.done:
+            break
+        walk.observe({"status": "ok", "val_nll_nats": score, "id_acc": test_acc})
+    return walk
+
+
+def test_the_walk_stops_at_the_first_value_worse_than_the_best_so_far():
+    walk = walk_of([0.50, 0.40, 0.45, 0.10])
+    assert walk.done and len(walk.scores) == 3  # the fourth value (0.10 would have won) is never trained
+    assert walk.best == 1 and walk.scores[1]["lam"] == 0.1
+    assert "early break at candidate 3" in walk.stopped
+    full = walk_of([0.50, 0.40, 0.30, 0.20])
+    assert full.best == 3 and full.stopped == "walked the whole grid"
+    tie = walk_of([0.5, 0.5, 0.4, 0.6])  # a tie is not worse: the walk goes on
+    assert len(tie.scores) == 4 and tie.best == 2
+
+
+def test_the_choice_uses_validation_nll_never_test_metrics():
+    walk = walk_of([0.50, 0.40, 0.60], tests=[0.99, 0.10, 0.99])  # the worst test accuracy has the best NLL
+    assert walk.scores[walk.best]["lam"] == 0.1
+
+
+def test_the_early_break_can_be_limited_to_some_option_values():
+    # the paper's AnchorNet walk: sigma x lam, breaking only inside the sigma = 10 row
+    grid = (("sigma", (0.1, 1.0, 10.0)), ("lam", (0.1, 1.0)))
+    walk = walk_of([0.5, 0.9, 0.8, 0.3, 0.2, 0.25], grid=grid, early_break={"sigma": 10})
+    assert len(walk.scores) == 6 and walk.best == 4  # worse values at sigma 0.1 and 1 did not stop it
+    stop = walk_of([0.5, 0.9, 0.8, 0.3, 0.35, 0.2], grid=grid, early_break={"sigma": 10})
+    assert len(stop.scores) == 5 and "early break at candidate 5" in stop.stopped  # (10, 0.1) is worse
+    never = walk_of([0.5, 0.9, 0.1, 0.2], early_break=False)
+    assert len(never.scores) == 4 and never.best == 2
+
+
+def test_a_failed_candidate_counts_as_worse_and_no_finite_candidate_is_an_error():
+    walk = walk_of([0.5])
+    walk.observe({"status": "diverged"})
+    assert walk.done and walk.best == 0
+    nothing = Walk(walk.selection, walk.selection.candidates())
+    for _ in range(4):
+        nothing.observe({"status": "diverged"})
+    assert nothing.best is None and nothing.record(None)["status"] == "error"
+
+
+def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp_path, monkeypatch, capsys):
+    real, trained = executors.run_one, []
+    monkeypatch.setattr(executors, "run_one", lambda c, *a, **k: (trained.append(c.run_id), real(c, *a, **k))[1])
+    out = tmp_path / "out"
+    args = ["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "mod", "--seeds", "0", "1",
+            "--epochs", "2", "--val-size", "50", "-o", "members=2", "--select", "mod.lam=0,0.1,1,10,100",
+            "--no-download", "--no-plots"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    records = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
+    selections = [r for r in records if "candidates" in r]
+    assert len(selections) == 2 and all(r["status"] == "ok" for r in selections)
+    for sel in selections:
+        scores = [c["val_nll_nats"] for c in sel["candidates"]]
+        best = min(range(len(scores)), key=scores.__getitem__)
+        assert sel["selected"] == f"lam={sel['candidates'][best]['lam']}"
+        assert sel["selected_run_id"] == sel["candidates"][best]["run_id"]
+        chosen = next(r for r in records if r["run_id"] == sel["selected_run_id"])
+        assert sel["id_acc"] == chosen["id_acc"] and sel["auroc_pred_entropy_vs_fashion_mnist"] == \
+            chosen["auroc_pred_entropy_vs_fashion_mnist"]  # the chosen run's metrics, copied
+        if len(scores) < 5:  # it broke early: the last candidate scored worse than the best before it
+            assert scores[-1] > min(scores[:-1])
+    assert len(trained) == sum(len(s["candidates"]) for s in selections)  # nothing past the break trained
+    assert "select mod seed 0:" in printed and "selected (by seed)" in printed
+    runs = pd.read_csv(out / "runs.csv")
+    assert (runs["candidate_of"].fillna("") != "").sum() == len(trained)
+    summary_md = (out / "summary.md").read_text()
+    assert "select lam in [0.0, 0.1, 1.0, 10.0, 100.0]" in summary_md and "| mod(checkpoint=none, members=2, lam=" not in summary_md
+
+    trained.clear()  # the same command again: every selection is finished, nothing trains
+    assert main(args) == 0 and trained == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "mod", "--select", "mod.lam="], "expected METHOD.NAME=VALUE"),
+    (["--methods", "mod", "--select", "lam=1,2"], "--select 'lam=1,2': expected METHOD.NAME=VALUE"),
+    (["--methods", "mod", "--select", "negcorr.lam=1,2"], "select: method 'negcorr' is not among the selected methods"),
+    (["--methods", "mod", "--select", "mod.sigma=1,2"], "select mod: unknown option 'sigma'"),
+    (["--methods", "mod", "--select", "mod.lam=-1,2"], "method mod: lam=-1.0 is out of range"),
+    (["--methods", "mod", "--select", "mod.lam=a,b"], "select mod: lam=['a', 'b'] is not valid"),
+    (["--methods", "mod", "-o", "mod.lam=1", "--select", "mod.lam=1,2"], "option 'lam' is both set (-o) and selected"),
+])
+def test_bad_select_input_is_one_line(args, message, tmp_path, capsys):
+    assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), "--no-download", "-q", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_an_empty_grid_in_a_preset_is_an_error(tmp_path, capsys):
+    preset = tmp_path / "p.toml"
+    preset.write_text('methods = ["mod"]\n[select.mod]\nlam = []\n')
+    assert main(["run", "--preset", str(preset), "--out", str(tmp_path), "--data-dir", str(tmp_path), "-q"]) == 2
+    assert "the grid of 'lam' is empty; select needs at least one value" in capsys.readouterr().err
+    preset.write_text('methods = ["anchor_net"]\n[select.anchor_net]\nlam = [1]\nearly_break = {sigma = 10}\n')
+    assert main(["run", "--preset", str(preset), "--out", str(tmp_path), "--data-dir", str(tmp_path), "-q"]) == 2
+    assert "early_break names 'sigma', which is not a selected option" in capsys.readouterr().err
+
+
+def test_a_preset_select_table_makes_one_selection_per_seed():
+    values = {"methods": ["anchor_net"], "seeds": [0, 1],
+              "select": {"anchor_net": {"sigma": [0.1, 1, 10], "lam": [0.1, 1, 10], "early_break": {"sigma": 10}}}}
+    configs = expand_grid("custom", values, None, None, {}, [])
+    assert len(configs) == 2 and all(isinstance(c, Selection) for c in configs)
+    candidates = configs[0].candidates()
+    assert [(c.method_options["sigma"], c.method_options["lam"]) for c in candidates][:4] == [
+        (0.1, 0.1), (0.1, 1.0), (0.1, 10.0), (1.0, 0.1)]
+    assert configs[0].run_id != configs[1].run_id and configs[0].run_id.startswith("sel-")
