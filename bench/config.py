@@ -176,14 +176,20 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
-def load_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """A preset by name (bench/presets/NAME.toml) or path. Returns (name, values)."""
+def named_file(name_or_path: str, folder: Path, suffix: str, kind: str) -> Path:
+    """A file shipped in ``folder`` by its name (no suffix), or any path; ConfigError if absent."""
     path = Path(name_or_path)
     if not path.suffix:
-        path = PRESET_DIR / f"{name_or_path}.toml"
+        path = folder / f"{name_or_path}{suffix}"
     if not path.is_file():
-        raise ConfigError(f"unknown preset '{name_or_path}' (available: {', '.join(available_presets())},"
-                          " or a path to a .toml file)")
+        available = ", ".join(sorted(p.stem for p in folder.glob(f"*{suffix}")))
+        raise ConfigError(f"unknown {kind} '{name_or_path}' (available: {available}, or a path to a {suffix} file)")
+    return path
+
+
+def load_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """A preset by name (bench/presets/NAME.toml) or path. Returns (name, values)."""
+    path = named_file(name_or_path, PRESET_DIR, ".toml", "preset")
     try:
         values = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

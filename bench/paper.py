@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.config import Protocol
+from bench.config import Protocol, named_file
 from bench.errors import ConfigError
 
 PUBLISHED_DIR = Path(__file__).with_name("published")
@@ -29,12 +29,7 @@ def available_tables() -> list[str]:
 
 def load_published(name_or_path: str) -> pd.DataFrame:
     """A published table by name (bench/published/NAME.csv) or path."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = PUBLISHED_DIR / f"{name_or_path}.csv"
-    if not path.is_file():
-        raise ConfigError(f"unknown published table '{name_or_path}' (available: {', '.join(available_tables())},"
-                          " or a path to a .csv file)")
+    path = named_file(name_or_path, PUBLISHED_DIR, ".csv", "published table")
     table = pd.read_csv(path, keep_default_na=False, na_values={"mean": [""], "std": [""]})
     missing = PUBLISHED_COLUMNS - set(table.columns)
     if missing:
