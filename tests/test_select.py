@@ -92,6 +92,9 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
 
     trained.clear()  # the same command again: every selection is finished, nothing trains
     assert main(args) == 0 and trained == []
+    (out / "summary.md").unlink()
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0  # report, too, shows the selection rows
+    assert "| mod(checkpoint=none, members=2, lam=" not in (out / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [
