@@ -258,16 +258,18 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
                 grids[m].pop(other, None)                               # preset's threshold
             grids[m][name] = values
             given[m].add(name)
-    specs = {m: dict(v) for m, v in preset_values.get("select", {}).items()}
+    preset_specs = preset_values.get("select", {})
+    for m in preset_specs:
+        get_method(m)  # a preset may select for methods a command leaves out, but not for unknown ones
+    specs = {m: dict(v) for m, v in preset_specs.items() if m in classes}
     for text in select_assignments:
         target, name, values = parse_option_assignment(text)
         if not target:
             raise ConfigError(f"--select {text!r}: expected METHOD.NAME=VALUE[,VALUE...]")
+        if target not in classes:
+            get_method(target)
+            raise ConfigError(f"--select {text!r}: method '{target}' is not among the selected methods")
         specs.setdefault(target, {"early_break": True})[name] = values
-    for m in specs:
-        if m not in classes:
-            get_method(m)
-            raise ConfigError(f"select: method '{m}' is not among the selected methods")
     selects = {}
     for m, spec in specs.items():  # each grid value parsed by its option's parser ('0.1' -> 0.1)
         grid, early = parse_select_spec(m, spec, f"select {m}")

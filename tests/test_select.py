@@ -100,7 +100,7 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
 @pytest.mark.parametrize("args, message", [
     (["--methods", "mod", "--select", "mod.lam="], "expected METHOD.NAME=VALUE"),
     (["--methods", "mod", "--select", "lam=1,2"], "--select 'lam=1,2': expected METHOD.NAME=VALUE"),
-    (["--methods", "mod", "--select", "negcorr.lam=1,2"], "select: method 'negcorr' is not among the selected methods"),
+    (["--methods", "mod", "--select", "negcorr.lam=1,2"], "method 'negcorr' is not among the selected methods"),
     (["--methods", "mod", "--select", "mod.sigma=1,2"], "select mod: unknown option 'sigma'"),
     (["--methods", "mod", "--select", "mod.lam=-1,2"], "method mod: lam=-1.0 is out of range"),
     (["--methods", "mod", "--select", "mod.lam=a,b"], "select mod: lam=['a', 'b'] is not valid"),
@@ -120,6 +120,13 @@ def test_an_empty_grid_in_a_preset_is_an_error(tmp_path, capsys):
     preset.write_text('methods = ["anchor_net"]\n[select.anchor_net]\nlam = [1]\nearly_break = {sigma = 10}\n')
     assert main(["run", "--preset", str(preset), "--out", str(tmp_path), "--data-dir", str(tmp_path), "-q"]) == 2
     assert "early_break names 'sigma', which is not a selected option" in capsys.readouterr().err
+
+
+def test_a_presets_select_table_applies_only_to_the_methods_run():
+    from bench.config import load_preset
+    name, values = load_preset("paper-fmnist")  # selects for anchor_net, mod and negcorr
+    configs = expand_grid(name, values, ["deep_ensemble"], [0], {}, ["loss=ce"])
+    assert [c.method for c in configs] == ["deep_ensemble"]
 
 
 def test_a_preset_select_table_makes_one_selection_per_seed():
