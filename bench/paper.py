@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -116,6 +117,20 @@ def format_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _short_names(labels: list[str], variants: list[str]) -> list[str]:
+    """The label, plus, where several rows share it, the option values that tell them apart."""
+    tokens = [set(re.split(r"[(),; ]+", v)) - {""} for v in variants]
+    names = []
+    for i, label in enumerate(labels):
+        twins = [tokens[j] for j, other in enumerate(labels) if other == label and j != i]
+        if not twins:
+            names.append(label)
+            continue
+        own = sorted(tokens[i] - set.intersection(*twins) if len(twins) > 1 else tokens[i] - twins[0])
+        names.append(f"{label}\n{' '.join(t for t in own if '=' in t)}")
+    return names
+
+
 def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
     """Harness vs paper per method, one panel per quantity, mean ± sd error bars."""
     import matplotlib
@@ -127,8 +142,7 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
     sns.set_theme(style="whitegrid", context="notebook")
     quantities = list(dict.fromkeys(table["quantity"]))
     configs = table.drop_duplicates("config")
-    labels = list(configs["label"])
-    names = [lab if labels.count(lab) == 1 else f"{lab}\n{var}" for lab, var in zip(labels, configs["variant"])]
+    names = _short_names(list(configs["label"]), list(configs["variant"]))
     fig, axes = plt.subplots(1, len(quantities), figsize=(4.3 * len(quantities), 0.6 * len(names) + 1.8),
                              sharey=True, squeeze=False)
     harness_color, paper_color = sns.color_palette("colorblind", 2)

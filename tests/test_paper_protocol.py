@@ -364,3 +364,11 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     assert "unknown published table 'nope'" in capsys.readouterr().err
     assert main(["paper-table", "--out", str(out), "--in-distribution", "mnist"]) == 2
     assert "no finished runs with in-distribution set 'mnist'" in capsys.readouterr().err
+
+
+def test_figure_rows_that_share_a_label_are_told_apart_by_what_differs():
+    from bench.paper import _short_names
+    names = _short_names(["DE (NLL)", "DE (NLL)", "DARE"],
+                         ["deep_ensemble(checkpoint=best, members=5) preprocess=raw",
+                          "deep_ensemble(checkpoint=none, members=5) preprocess=raw", "dare(delta=0.25)"])
+    assert names == ["DE (NLL)\ncheckpoint=best", "DE (NLL)\ncheckpoint=none", "DARE"]
