@@ -261,7 +261,11 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
     preset_specs = preset_values.get("select", {})
     for m in preset_specs:
         get_method(m)  # a preset may select for methods a command leaves out, but not for unknown ones
-    specs = {m: dict(v) for m, v in preset_specs.items() if m in classes}
+    # -o NAME on the command line fixes NAME: it leaves the preset's select grid
+    specs = {m: {k: v for k, v in spec.items() if k not in given.get(m, ())}
+             for m, spec in preset_specs.items() if m in classes}
+    specs = {m: spec for m, spec in specs.items() if set(spec) - {"early_break"}}
+    cli_selected: dict[str, set[str]] = {}
     for text in select_assignments:
         target, name, values = parse_option_assignment(text)
         if not target:
@@ -269,7 +273,12 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
         if target not in classes:
             get_method(target)
             raise ConfigError(f"--select {text!r}: method '{target}' is not among the selected methods")
-        specs.setdefault(target, {"early_break": True})[name] = values
+        if target not in cli_selected:  # --select replaces a preset's select table for that method
+            specs[target], cli_selected[target] = {"early_break": True}, set()
+        specs[target][name] = values
+        cli_selected[target].add(name)
+        for other in exclusive_with(classes[target], name) - given[target]:  # as with -o
+            grids[target].pop(other, None)
     selects = {}
     for m, spec in specs.items():  # each grid value parsed by its option's parser ('0.1' -> 0.1)
         grid, early = parse_select_spec(m, spec, f"select {m}")
@@ -289,7 +298,9 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
         selected = {n for n, _ in selects[m][0]} if m in selects else set()
         both = sorted(selected & given[m])
         if both:
-            raise ConfigError(f"method {m}: option '{both[0]}' is both set (-o) and selected (select)")
+            raise ConfigError(f"method {m}: option '{both[0]}' is both set (-o) and selected (--select)")
+        if selected and protocol.val_size == 0:
+            raise ConfigError(f"select {m}: selection scores candidates on the validation split; set val_size > 0")
         names = [n for n in grids[m] if n not in selected]
         for combo in itertools.product(*(grids[m][n] for n in names)):
             for seed in seeds:

@@ -41,6 +41,12 @@ class Selection:
                                 self.seed, self.preset)
                 for combo in itertools.product(*(values for _, values in self.grid))]
 
+    def __post_init__(self):
+        if isinstance(self.early_break, dict):  # the grid's own value: {sigma = 10} and {sigma = 10.0} agree
+            grid = dict(self.grid)
+            object.__setattr__(self, "early_break", {k: next((g for g in grid.get(k, ()) if _same(g, v)), v)
+                                                     for k, v in self.early_break.items()})
+
     def breaks_at(self, config: RunConfig) -> bool:
         """Whether the early break applies at this candidate."""
         if isinstance(self.early_break, dict):
@@ -111,6 +117,10 @@ def parse_select_spec(method: str, values: dict[str, Any], what: str) -> tuple[t
         unknown = sorted(set(early) - {n for n, _ in grid})
         if unknown:
             raise ConfigError(f"{what}: early_break names '{unknown[0]}', which is not a selected option")
+        for name, value in early.items():
+            if not any(_same(value, v) for v in dict(grid)[name]):
+                raise ConfigError(f"{what}: early_break {name}={value!r} is not among the grid's values "
+                                  f"{list(dict(grid)[name])}")
     return tuple(grid), early
 
 

@@ -64,8 +64,8 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     # jointly trained members share one loss, so they always train together
     groups = [all_members] if vectorize or method.joint else [[m] for m in all_members]
     parts = [_train_members(method, protocol, x, y, val_xy, n_classes, seed, ids, device, progress,
-                            label if vectorize else f"{label} member {ids[0]}") for ids in groups]
-    model = parts[0].model if vectorize else StackedMLP.stack([p.model for p in parts])
+                            label if len(groups) == 1 else f"{label} member {ids[0]}") for ids in groups]
+    model = parts[0].model if len(groups) == 1 else StackedMLP.stack([p.model for p in parts])
     history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
     return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
                        [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],

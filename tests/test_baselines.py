@@ -218,3 +218,28 @@ def test_bad_cheap_ensemble_options_are_one_line(args, message, tmp_path, capsys
     assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), "--no-download", "-q", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["batch_ensemble", "packed_ensemble", "mod"])
+def test_joint_methods_train_the_same_with_no_vectorize(name):
+    from methods import get_method
+    method = get_method(name)(members=2)
+    a = train(method, PROTOCOL, split(), 3, seed=0, progress=False, vectorize=True).model
+    b = train(method, PROTOCOL, split(), 3, seed=0, progress=False, vectorize=False).model
+    assert type(a) is type(b)  # the method's own model, not a restacked plain MLP
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_joint_members_are_checkpointed_together_on_their_mean_validation_loss():
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from test_checkpoint import TRAIN, VAL, protocol, val_curve
+    result = train(NegCorr(members=2, lam=0.0, checkpoint="best"), protocol(), TRAIN, 3, seed=0,
+                   progress=False, val=VAL)
+    curves = [val_curve(result, m) for m in range(2)]
+    mean = [(a + b) / 2 for a, b in zip(*curves)]
+    best = min(range(len(mean)), key=mean.__getitem__) + 1
+    own = [min(range(len(c)), key=c.__getitem__) + 1 for c in curves]
+    assert result.kept_epochs == [best, best]
+    assert own != [best, best]  # per member, the members would have kept other epochs

@@ -81,8 +81,10 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
         chosen = next(r for r in records if r["run_id"] == sel["selected_run_id"])
         assert sel["id_acc"] == chosen["id_acc"] and sel["auroc_pred_entropy_vs_fashion_mnist"] == \
             chosen["auroc_pred_entropy_vs_fashion_mnist"]  # the chosen run's metrics, copied
-        if len(scores) < 5:  # it broke early: the last candidate scored worse than the best before it
-            assert scores[-1] > min(scores[:-1])
+        if sel["walk"].startswith("early break"):  # the last candidate scored worse than the best before it
+            assert len(scores) < 5 and scores[-1] > min(scores[:-1])
+        else:
+            assert sel["walk"] == "walked the whole grid" and len(scores) == 5
     assert len(trained) == sum(len(s["candidates"]) for s in selections)  # nothing past the break trained
     assert "select mod seed 0:" in printed and "selected (by seed)" in printed
     runs = pd.read_csv(out / "runs.csv")
@@ -105,6 +107,7 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
     (["--methods", "mod", "--select", "mod.lam=-1,2"], "method mod: lam=-1.0 is out of range"),
     (["--methods", "mod", "--select", "mod.lam=a,b"], "select mod: lam=['a', 'b'] is not valid"),
     (["--methods", "mod", "-o", "mod.lam=1", "--select", "mod.lam=1,2"], "option 'lam' is both set (-o) and selected"),
+    (["--methods", "mod", "--select", "mod.lam=1,2", "--val-size", "0"], "select mod: selection scores candidates on the validation split"),
 ])
 def test_bad_select_input_is_one_line(args, message, tmp_path, capsys):
     assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), "--no-download", "-q", *args]) == 2
@@ -138,3 +141,40 @@ def test_a_preset_select_table_makes_one_selection_per_seed():
     assert [(c.method_options["sigma"], c.method_options["lam"]) for c in candidates][:4] == [
         (0.1, 0.1), (0.1, 1.0), (0.1, 10.0), (1.0, 0.1)]
     assert configs[0].run_id != configs[1].run_id and configs[0].run_id.startswith("sel-")
+
+
+def test_command_line_options_combine_with_a_presets_select_tables(tmp_path, capsys):
+    from bench.config import load_preset
+    name, values = load_preset("paper-fmnist")
+    fixed = expand_grid(name, values, ["mod"], [0], {}, ["mod.lam=1e-3"])  # -o fixes lam: no selection
+    assert [type(c).__name__ for c in fixed] == ["RunConfig"] and fixed[0].method_options["lam"] == 1e-3
+    replaced = expand_grid(name, values, ["anchor_net"], [0], {}, [], ["anchor_net.lam=0.5,5"])
+    assert replaced[0].grid == (("lam", (0.5, 5.0)),) and replaced[0].early_break is True
+    seed_name, seed_values = load_preset("seed")  # its dare has threshold = 0.3; --select delta replaces it
+    dare = expand_grid(seed_name, seed_values, ["dare"], [0], {}, [], ["dare.delta=0.1,0.25"])[0]
+    assert dare.fixed.get("threshold", "absent") in (None, "absent")
+    assert all(c.method_options["threshold"] is None for c in dare.candidates())
+    preset = tmp_path / "p.toml"
+    preset.write_text('methods = ["anchor_net"]\n[select.anchor_net]\nsigma = [1, 10]\nearly_break = {sigma = 100}\n')
+    assert main(["run", "--preset", str(preset), "--out", str(tmp_path), "--data-dir", str(tmp_path), "-q"]) == 2
+    assert "early_break sigma=100 is not among the grid's values" in capsys.readouterr().err
+    a = expand_grid("p", {"methods": ["anchor_net"], "select": {"anchor_net": {"sigma": [1, 10], "early_break": {"sigma": 10}}}}, None, [0], {}, [])
+    b = expand_grid("p", {"methods": ["anchor_net"], "select": {"anchor_net": {"sigma": [1, 10], "early_break": {"sigma": 10.0}}}}, None, [0], {}, [])
+    assert a[0].run_id == b[0].run_id  # 10 and 10.0 name the same selection
+
+
+def test_an_interrupted_walk_resumes_without_retraining(tiny_data, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    args = ["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "mod", "--seeds", "0",
+            "--epochs", "2", "--val-size", "50", "-o", "members=2", "--select", "mod.lam=0,0.1,1,10,100",
+            "--no-download", "--no-plots", "-q"]
+    assert main(args) == 0
+    selection = next(out.glob("records/sel-*.json"))
+    walked = len(json.loads(selection.read_text())["candidates"])
+    selection.unlink()  # as if killed after the candidates finished, before the selection's record
+    real, trained = executors.run_one, []
+    monkeypatch.setattr(executors, "run_one", lambda c, *a, **k: (trained.append(c.run_id), real(c, *a, **k))[1])
+    assert main(args) == 0
+    assert trained == [] and len(json.loads(next(out.glob("records/sel-*.json")).read_text())["candidates"]) == walked
+    assert main([*args, "--force"]) == 0
+    assert len(trained) == walked and len(set(trained)) == walked  # --force: each candidate once
