@@ -134,6 +134,8 @@ def run_grid(configs: list, data_dir: Path, store: RunStore, executor: Executor 
         log(f"warning: {problem}")
     phases = [[c for c in phase if force or c.run_id not in finished] for phase in (first, then)]
     walks = [Walk(s, s.candidates()) for s in selections if force or s.run_id not in finished]
+    for w in walks:
+        store.add_selection(w.selection.run_id, [c.run_id for c in w.candidates])
     todo = phases[0] + phases[1]
     if len(todo) + len(walks) < len(everything) + len(selections):
         log(f"{len(everything) + len(selections) - len(todo) - len(walks)} of {len(everything) + len(selections)} "

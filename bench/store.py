@@ -118,10 +118,30 @@ class RunStore:
         with np.load(self.predictions / f"{run_id}.npz") as z:
             return dict(z)
 
+    def add_selection(self, selection_id: str, candidate_ids: list[str]) -> None:
+        """Note, before its walk trains anything, which runs are a selection's candidates, so that
+        the tables know them as candidates even while the walk is unfinished."""
+        folder = self.out / "selections"
+        folder.mkdir(exist_ok=True)
+        blob = json.dumps({"selection": selection_id, "candidates": candidate_ids}).encode()
+        _atomic_write(folder / f"{selection_id}.json", lambda f: f.write(blob))
+
+    def candidates(self) -> dict[str, list[str]]:
+        """run id -> the selections it is a candidate of."""
+        out: dict[str, list[str]] = {}
+        for path in sorted((self.out / "selections").glob("*.json")):
+            try:
+                manifest = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                continue  # a torn manifest is rewritten when its walk runs again
+            for run_id in manifest.get("candidates", []):
+                out.setdefault(run_id, []).append(manifest.get("selection", path.stem))
+        return out
+
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
         """runs.csv and summary.csv from every record. Returns (runs, summary, config columns, problems)."""
         records, problems = self.scan()
-        runs = records_frame(records)
+        runs = records_frame(records, self.candidates())
         keys = config_columns(records)
         summary = summarize(runs, keys)
         runs.to_csv(self.out / "runs.csv", index=False)
@@ -129,16 +149,13 @@ class RunStore:
         return runs, summary, keys, problems
 
 
-def records_frame(records: list[dict]) -> pd.DataFrame:
-    """One row per record; ``candidate_of`` names the selections a run was a candidate of."""
+def records_frame(records: list[dict], candidates: dict[str, list[str]] | None = None) -> pd.DataFrame:
+    """One row per record; ``candidate_of`` names the selections a run is a candidate of."""
     runs = pd.DataFrame([{k: v for k, v in r.items() if k not in NOT_IN_TABLES} for r in records])
     if not runs.empty:
         runs = runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
-        selections: dict[str, list[str]] = {}
-        for r in records:
-            for c in r.get("candidates", []):
-                selections.setdefault(c["run_id"], []).append(r["run_id"])
-        runs["candidate_of"] = runs["run_id"].map(lambda i: " ".join(selections.get(i, [])))
+        candidates = candidates or {}
+        runs["candidate_of"] = runs["run_id"].map(lambda i: " ".join(candidates.get(i, [])))
     return runs
 
 

@@ -172,6 +172,8 @@ def test_an_interrupted_walk_resumes_without_retraining(tiny_data, tmp_path, mon
     selection = next(out.glob("records/sel-*.json"))
     walked = len(json.loads(selection.read_text())["candidates"])
     selection.unlink()  # as if killed after the candidates finished, before the selection's record
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0  # an unfinished walk's candidates stay hidden
+    assert "| mod(checkpoint=none, members=2, lam=" not in (out / "summary.md").read_text()
     real, trained = executors.run_one, []
     monkeypatch.setattr(executors, "run_one", lambda c, *a, **k: (trained.append(c.run_id), real(c, *a, **k))[1])
     assert main(args) == 0
