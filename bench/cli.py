@@ -1,50 +1,81 @@
-"""Command line: ``python -m bench {run,list,report}`` (also installed as ``dare-bench``)."""
+"""Command line: ``python -m bench {run,ablate,list,report,paper-table,perf}`` (also installed as
+``dare-bench``). Each command validates its input and hands over to ``bench.api`` (grids),
+``bench.report`` (tables and plots) or ``bench.ablation``."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
-
-import pandas as pd
 
 import torch
 
-from bench.config import (available_presets, expand_grid, load_preset, make_execution, make_protocol,
-                          make_run_config, protocol_help)
+from bench import api
+from bench.config import available_presets, load_preset, make_execution, make_protocol, make_run_config, protocol_help
 from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.options import describe
-from methods import REGISTRY
+from bench.report import paper_table, write_report
+from methods import REGISTRY, SOURCES, load_entry_points, load_plugin
 
-RESULTS = "results"  # a preset's results go to results/<preset> unless --out says otherwise
+RESULTS = api.RESULTS
 DEFAULT_REPORT_OUT = f"{RESULTS}/seed"
-# (column, title, scale, digits); {score} is each row's primary score, {set} each OOD set
-HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
-            ("auroc_{score}_vs_{set}", "AUROC vs {set}", 1, 3), ("fpr95_{score}_vs_{set}", "FPR@95 vs {set}", 1, 3),
-            ("train_seconds", "train s", 1, 1)]
+ABLATE_PRESET = "ablate-dare"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default only where there is one: '(default: None)' says nothing."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def plugin_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--plugin", action="append", default=[], metavar="FILE",
+                        help="a Python file defining a method (a methods.Method subclass with a name); it is "
+                        "registered before anything else happens. Repeatable. Installed packages can also "
+                        "register methods through the 'dare_bench.methods' entry-point group")
+    return parent
+
+
+def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
+    """``preset``: the --preset given on the command line, so that --help shows its values."""
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="dare-bench: compare ensemble methods for uncertainty "
-        "quantification (deep ensembles, DARE, MC dropout) on MNIST / Fashion-MNIST with OOD detection.")
+        "quantification (deep ensembles, DARE, MC dropout, the DARE paper's baselines, BatchEnsemble, "
+        "Packed-Ensembles) on MNIST / Fashion-MNIST with OOD detection.")
     sub = parser.add_subparsers(dest="command", required=True)
+    parents = [plugin_parent()]
 
     run = sub.add_parser("run", help="train and evaluate a grid of methods x options x seeds",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                         formatter_class=HelpFormatter, parents=parents,
                          description="Train and evaluate every (method, option combination, seed). "
                          "Values not given come from the preset. Each finished run is saved at once as "
                          "OUT/records/<run_id>.json; re-running the same command skips finished runs, so an "
-                         "interrupted grid resumes. Tables (OUT/runs.csv, OUT/summary.csv) and PNG plots are "
+                         "interrupted grid resumes (and a folder of committed records is only re-rendered: "
+                         "--force retrains). Tables (OUT/runs.csv, OUT/summary.csv) and PNG plots are "
                          "rebuilt from the records.")
-    add_run_arguments(run)
+    add_run_arguments(run, preset or "seed")
 
-    sub.add_parser("list", help="list registered methods with their options, and the presets")
+    ablate = sub.add_parser("ablate", help="run an ablation grid and plot each metric against the varying options",
+                            formatter_class=HelpFormatter, parents=parents,
+                            description="Exactly `run` (same options, store and resume), then the ablation: "
+                            "every method option with more than one value in the grid is an axis. Writes "
+                            "OUT/ablation.csv (mean, sd, n over seeds per value and metric), "
+                            "OUT/ablation_<option>.png (each metric against the option, ± sd bands; methods "
+                            "that do not vary it drawn as dashed levels) and OUT/ablation_epochs.png (mean "
+                            "|theta| and train loss over epochs). Default preset: ablate-dare (DARE's "
+                            "threshold x members 1-10 under the seed protocol, with the deep ensemble at the "
+                            "same member counts); ablate-dare-paper varies delta under the paper protocol.")
+    add_run_arguments(ablate, preset or ABLATE_PRESET)
+
+    sub.add_parser("list", help="list registered methods with their options, and the presets", parents=parents)
 
     perf = sub.add_parser("perf", help="time the training loop against the seed-style loop and the matmul peak",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                          formatter_class=HelpFormatter, parents=parents,
                           description="Train the same deep ensemble (no early stop) with (a) the seed "
                           "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
                           "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
@@ -65,13 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
 
     report = sub.add_parser("report", help="rebuild the CSV tables (and plots) from the records in OUT",
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=HelpFormatter, parents=parents,
+                            description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
+                            "OUT/records. Runs of different protocols get their own section and plots.")
     report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
-    report.add_argument("--no-plots", action="store_true", help="write only the CSV tables")
+    report.add_argument("--no-plots", action="store_true", help="write only the tables")
 
     from bench.paper import available_tables
     paper = sub.add_parser("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                           formatter_class=HelpFormatter, parents=parents,
                            description="Rows: the configs in OUT whose in-distribution set matches, matched to "
                            "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
                            "accuracy and AUROC per OOD set (each row's own score) as mean ± std (n), beside the "
@@ -84,12 +117,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_run_arguments(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--preset", default="seed",
-                     help=f"protocol preset: a name ({', '.join(available_presets())}) or a .toml path")
+def _preset_values(preset: str) -> tuple[str, dict]:
+    try:
+        return load_preset(preset)
+    except ConfigError:  # reported when the command runs; --help still works
+        return preset, {}
+
+
+def _show(value, sep: str = ",") -> str:
+    """A preset value as it would be typed on the command line."""
+    if isinstance(value, (list, tuple)):
+        return sep.join(map(str, value)) if value else "(none)"
+    return "none" if value is None else str(value)
+
+
+def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
+    name, values = _preset_values(preset)
+    protocol_values = values.get("protocol", {})
+    run.add_argument("--preset", default=preset,
+                     help=f"protocol preset: a name ({', '.join(available_presets())}) or a .toml path; "
+                     "the defaults shown below are this preset's")
     run.add_argument("--methods", nargs="+", metavar="NAME",
-                     help=f"methods to run (registered: {', '.join(REGISTRY)}); default: the preset's")
-    run.add_argument("--seeds", nargs="+", metavar="SEED", help="run seeds; default: the preset's")
+                     help=f"methods to run (registered: {', '.join(REGISTRY)}); "
+                     f"default (preset {name}): {_show(values.get('methods'), ' ')}")
+    run.add_argument("--seeds", nargs="+", metavar="SEED",
+                     help=f"run seeds; default (preset {name}): {_show(values.get('seeds', [0]), ' ')}")
     run.add_argument("-o", "--option", action="append", default=[], metavar="[METHOD.]NAME=V[,V...]",
                      help="set a method option; a comma list makes a grid (e.g. dare.threshold=0.1,0.3; "
                      "members=5 sets it for every selected method that has it). Repeatable. "
@@ -100,10 +152,15 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "member-averaged softmax, stop at the first that scores worse than the best so far, and "
                      "report the best (every candidate is recorded). Repeatable; several names make a product "
                      "grid walked in the given order. A preset's [select.METHOD] table does the same")
-    group = run.add_argument_group("protocol (override the preset; every value is recorded in each row)")
-    for name, _default, allowed, help_text in protocol_help():
-        group.add_argument(f"--{name.replace('_', '-')}", dest=f"protocol_{name}", metavar="V",
-                           help=f"{help_text} ({allowed})")
+    group = run.add_argument_group(f"protocol (override the preset; every value is recorded in each row; "
+                                   f"defaults: preset {name})")
+    for option_name, default, allowed, help_text in protocol_help():
+        if option_name == "ood_sets" and not protocol_values.get("ood_sets"):
+            from bench.config import OOD_SETS
+            default = OOD_SETS[protocol_values.get("id_dataset", "mnist")][:1]
+        shown = _show(protocol_values.get(option_name, default), "-" if option_name == "hidden" else ",")
+        group.add_argument(f"--{option_name.replace('_', '-')}", dest=f"protocol_{option_name}", metavar="V",
+                           help=f"{help_text} ({allowed}; default: {shown})")
     group = run.add_argument_group("execution (speed only: results do not depend on these)")
     group.add_argument("--device", default="auto", help="auto (a GPU when present), cpu, cuda or cuda:N")
     group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
@@ -128,125 +185,92 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from bench.executors import make_executor, run_grid, with_references
-    from bench.store import RunStore
-
-    preset, values = load_preset(args.preset)
+def plan_from(args: argparse.Namespace) -> api.Plan:
     overrides = {k[len("protocol_"):]: v for k, v in vars(args).items()
                  if k.startswith("protocol_") and v is not None}
-    configs = expand_grid(preset, values, args.methods, args.seeds, overrides, args.option, args.select)
-    execution = make_execution({"device": args.device, "threads": args.threads,
-                                "vectorize": not args.no_vectorize})
-    execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
-    executor = make_executor({"jobs": args.jobs, "dask_address": args.dask})
-    data_dir = resolve_data_dir(args.data_dir)
-    store = RunStore(Path(args.out or f"{RESULTS}/{preset}"))
-    if args.dry_run:
-        first, then = with_references(configs)
-        finished, problems = store.check([c.run_id for c in first + then])
-        for config in first + then:
-            state = "finished" if config.run_id in finished and not args.force else "to do"
-            role = "  (reference)" if config not in configs else ""
-            if hasattr(config, "candidates"):
-                role = f"  (selection: up to {len(config.candidates())} candidate runs)"
-            print(f"{config.run_id}  {state:<8}  {config.variant} seed {config.seed}{role}")
-        warn(problems)
-        todo = sum(c.run_id not in finished or args.force for c in first + then)
-        print(f"{len(first + then)} runs in the grid, {todo} to do")
-        return 0
-    started = time.perf_counter()
+    return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
+                    args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask)
+
+
+def print_dry_run(plan: api.Plan, force: bool) -> None:
+    table = api.dry_run(plan, force)
+    for _, row in table.iterrows():
+        role = {"reference": "  (reference)", "run": "",
+                "selection": f"  (selection: up to {row['candidates']} candidate runs)"}[row["role"]]
+        state = "finished" if row["finished"] else "to do"
+        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}")
+    if not len(table):
+        print("0 runs in the grid")
+        return
+    selections = table[table["role"] == "selection"]
+    runs = table[table["role"] != "selection"]
+    line = f"{len(runs)} runs in the grid, {int((~runs['finished']).sum())} to do"
+    if len(selections):  # a selection trains up to its candidate count, stopping early
+        line += (f"; {len(selections)} selections, {int((~selections['finished']).sum())} to do, of up to "
+                 f"{int(selections.loc[~selections['finished'], 'candidates'].sum())} candidate runs")
+    print(line)
+
+
+def execute_and_report(plan: api.Plan, args: argparse.Namespace):
+    """Train (or reuse) the plan's runs, then the summary, plots and paper table. Returns the runs."""
     try:
-        run_ids = run_grid(configs, data_dir, store, executor, execution, download=not args.no_download,
-                           progress=not args.quiet, force=args.force)
+        runs, wall = api.execute(plan, download=not args.no_download, progress=not args.quiet, force=args.force)
     except KeyboardInterrupt:
-        store.write_tables()
-        print(f"\ninterrupted: every finished run is saved in {store.records}; run the same command "
+        print(f"\ninterrupted: every finished run is saved in {plan.store.records}; run the same command "
               "again to resume", file=sys.stderr)
-        return 130
-    wall = time.perf_counter() - started
-    runs, _, keys, problems = store.write_tables()
+        raise
+    _, _, keys, problems = plan.store.write_tables()
     warn(problems)
-    if len(runs):  # this grid's runs, in the grid's order (methods as given, then options, seeds)
-        order = {run_id: i for i, run_id in enumerate(run_ids)}
-        runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-    finish(store, runs, keys, args.no_plots, values.get("compare_to"))
-    print(f"{len(run_ids)} runs in the grid, {wall:.0f} s wall time; tables in {store.out}")
+    write_report(plan.store, runs, keys, plots=not args.no_plots, compare_to=plan.preset_values.get("compare_to"))
+    print(f"{len(runs)} runs in the grid, {wall:.0f} s wall time; tables in {plan.store.out}")
+    return runs, keys
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = plan_from(args)
+    if args.dry_run:
+        print_dry_run(plan, args.force)
+        return 0
+    try:
+        execute_and_report(plan, args)
+    except KeyboardInterrupt:
+        return 130
     return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from bench.ablation import write_ablation
+    plan = plan_from(args)
+    varying = ablation_axes(plan.configs)
+    if not varying:
+        raise ConfigError("nothing to ablate: no method option takes more than one value in this grid "
+                          "(give a list, e.g. -o dare.threshold=0.1,0.3 -o members=1,3,5)")
+    if args.dry_run:
+        print(f"ablation axes: {', '.join(varying)}")
+        print_dry_run(plan, args.force)
+        return 0
+    try:
+        runs, keys = execute_and_report(plan, args)
+    except KeyboardInterrupt:
+        return 130
+    histories = {rid: plan.store.load(rid).get("history", []) for rid in runs["run_id"]}
+    for path in write_ablation(plan.store.out, runs, keys, histories):
+        print(f"wrote {path}")
+    return 0
+
+
+def ablation_axes(configs: list) -> list[str]:
+    """Options that take more than one value among one method's configs in the grid."""
+    values: dict[tuple[str, str], set] = {}
+    for config in configs:
+        for name, value in getattr(config, "method_options", getattr(config, "fixed", {})).items():
+            values.setdefault((config.method, name), set()).add(repr(value))
+    return list(dict.fromkeys(name for (_, name), seen in values.items() if len(seen) > 1))
 
 
 def warn(problems: list[str]) -> None:
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
-
-
-def finish(store, runs, keys: list[str], no_plots: bool, compare_to: str | None = None) -> None:
-    """Summary table (printed and summary.md), plots, and the paper table when the preset names one."""
-    from bench.store import summarize
-
-    summary = summarize(runs, keys)
-    print(format_summary(summary))
-    (store.out / "summary.md").write_text(format_summary(summary, markdown=True) + "\n")
-    for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
-        print(f"error recorded: {error}", file=sys.stderr)
-    if compare_to and not summary.empty:
-        paper_table(store, runs, summary, compare_to)
-    if not no_plots:
-        from bench.data import DATASET_CLASSES
-        from bench.plots import plot_all
-        names = tuple(DATASET_CLASSES[runs["id_dataset"].iloc[0]].classes) if len(runs) else None
-        for path in plot_all(store, runs, names):
-            print(f"wrote {path}")
-
-
-def paper_table(store, runs, summary, published: str, in_distribution: str | None = None) -> None:
-    """Write and print the runs beside a published table (see bench.paper)."""
-    from bench.paper import format_markdown, write_paper_table
-    skipped = sorted({s for v in runs.get("ood_skipped", pd.Series(dtype=object)).dropna()
-                      for s in str(v).split("; ") if s})
-    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped)
-    print(format_markdown(table))
-    for path in files:
-        print(f"wrote {path}")
-
-
-def headline(summary) -> list[tuple[str, str, float, int]]:
-    """HEADLINE with {set} expanded to the OOD sets present; {score} stays per row."""
-    sets = list(dict.fromkeys(s for v in summary.get("ood_sets", []) for s in str(v).split()))
-    out = []
-    for col, title, scale, digits in HEADLINE:
-        for s in (sets if "{set}" in col else [None]):
-            out.append((col.replace("{set}", s or ""), title.replace("{set}", s or ""), scale, digits))
-    return out
-
-
-def format_summary(summary, markdown: bool = False) -> str:
-    """The headline columns as 'mean ± std' per config; AUROC/FPR by each row's primary score."""
-    if summary.empty:
-        return "no finished runs"
-    columns = headline(summary)
-    chosen = "selected" in summary and summary["selected"].fillna("").astype(bool).any()
-    header = ["variant", "n", "score"] + [title for _, title, _, _ in columns] + (["selected (by seed)"] if chosen else [])
-    lines = []
-    for _, row in summary.iterrows():
-        n = f"{row['n']}" + "".join(f" (+{row[f'n_{k}']} {k})" for k in ("diverged", "error") if row.get(f"n_{k}"))
-        score = row.get("primary_score", "pred_entropy")
-        lines.append([str(row["variant"]), n, score] + [
-            mean_std(row.get(f"{col.replace('{score}', score)}_mean"),
-                     row.get(f"{col.replace('{score}', score)}_std"), scale, digits)
-            for col, _, scale, digits in columns] + ([str(row.get("selected") or "")] if chosen else []))
-    if markdown:
-        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
-    widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
-
-
-def mean_std(mean, std, scale: float, digits: int) -> str:
-    if mean is None or pd.isna(mean):
-        return "-"
-    std = 0.0 if std is None or pd.isna(std) else std  # one seed: no spread to show
-    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
 
 
 def cmd_list(_args) -> int:
@@ -256,7 +280,8 @@ def cmd_list(_args) -> int:
     print("methods (use -o METHOD.NAME=VALUE):")
     for name, cls in REGISTRY.items():
         joint = " [joint: members share batches and one loss]" if cls.joint else ""
-        print(f"  {name}: {cls.summary}{joint}")
+        source = "" if SOURCES[name] == "built in" else f" [from {SOURCES[name]}]"
+        print(f"  {name}: {cls.summary}{joint}{source}")
         for opt, default, allowed, help_text in describe(cls):
             if opt not in shared:
                 print(f"      {opt} = {default!r}  ({allowed}) {help_text}")
@@ -301,9 +326,7 @@ def cmd_perf(args) -> int:
 def open_results(out: str):
     """(store, runs, config columns) of an existing results folder; tables rebuilt from its records."""
     from bench.store import RunStore
-    if not any((Path(out) / "records").glob("*.json")):
-        raise BenchError(f"no records in {out} (expected {Path(out) / 'records'}/<run_id>.json)")
-    store = RunStore(Path(out))
+    store = RunStore.existing(Path(out))
     runs, _, keys, problems = store.write_tables()
     warn(problems)
     if "candidate_of" in runs:  # a selection's candidates are in runs.csv; its own row stands for them
@@ -315,7 +338,7 @@ def cmd_report(args) -> int:
     store, runs, keys = open_results(args.out)
     known = set(available_presets())
     tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
-    finish(store, runs, keys, args.no_plots, next((t for t in tables if t), None))
+    write_report(store, runs, keys, plots=not args.no_plots, compare_to=next((t for t in tables if t), None))
     return 0
 
 
@@ -324,15 +347,33 @@ def cmd_paper_table(args) -> int:
     from bench.store import summarize
     load_published(args.published)  # a bad name fails before anything is read
     store, runs, keys = open_results(args.out)
-    paper_table(store, runs, summarize(runs, keys), args.published, args.in_distribution)
+    for path in paper_table(store, runs, summarize(runs, keys), args.published, args.in_distribution):
+        print(f"wrote {path}")
     return 0
 
 
+COMMANDS = {"run": cmd_run, "ablate": cmd_ablate, "list": cmd_list, "perf": cmd_perf, "report": cmd_report,
+            "paper-table": cmd_paper_table}
+
+
+def _early_flags(argv: list[str]) -> argparse.Namespace:
+    """--preset and --plugin, read before the full parser is built: the plugins' methods and the
+    preset's values belong in --help."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument("--preset")
+    early.add_argument("--plugin", action="append", default=[])
+    return early.parse_known_args(argv)[0]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return {"run": cmd_run, "list": cmd_list, "perf": cmd_perf, "report": cmd_report,
-                "paper-table": cmd_paper_table}[args.command](args)
+        early = _early_flags(argv)
+        load_entry_points()
+        for path in early.plugin:
+            load_plugin(path)
+        args = build_parser(early.preset).parse_args(argv)
+        return COMMANDS[args.command](args)
     except BenchError as exc:
         print(f"dare-bench: error: {exc}", file=sys.stderr)
         return 2

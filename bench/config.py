@@ -281,7 +281,7 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
             grids[target].pop(other, None)
     selects = {}
     for m, spec in specs.items():  # each grid value parsed by its option's parser ('0.1' -> 0.1)
-        grid, early = parse_select_spec(m, spec, f"select {m}")
+        grid, early = parse_select_spec(m, spec, f"select {m}", given.get(m, set()))
         fields = {f.name: f for f in dataclasses.fields(classes[m]) if "parse" in f.metadata}
         parsed = []
         for name, values in grid:

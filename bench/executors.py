@@ -17,12 +17,16 @@ from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
 from bench.runner import run_one
 from bench.store import CorruptRecord, RunStore
+from methods import load_plugin, plugin_files
 
 
 def run_and_store(config: RunConfig, data_dir: Path, out_dir: Path, execution: Execution,
-                  download: bool, progress: bool) -> dict:
-    """One task, the same in every executor: load data (cached per process), read the records of
-    the runs it depends on, train, evaluate, store."""
+                  download: bool, progress: bool, plugins: tuple[Path, ...] = ()) -> dict:
+    """One task, the same in every executor: load the plugin files that define methods (a worker
+    process starts without them), the data (cached per process), the records of the runs it
+    depends on; train, evaluate, store."""
+    for path in plugins:
+        load_plugin(path)
     store = RunStore(out_dir)
     references = {}
     for role, ref in config.references().items():
@@ -67,7 +71,8 @@ class Executor:
         from joblib import Parallel, delayed, parallel_config
 
         execution = self.worker_execution(execution)
-        tasks = (delayed(run_and_store)(c, data_dir, out_dir, execution, download, False) for c in configs)
+        plugins = tuple(plugin_files())
+        tasks = (delayed(run_and_store)(c, data_dir, out_dir, execution, download, False, plugins) for c in configs)
         with self._backend() as (backend, n_jobs):
             with parallel_config(backend=backend, n_jobs=n_jobs):
                 yield from Parallel(return_as="generator_unordered")(tasks)
@@ -132,6 +137,13 @@ def run_grid(configs: list, data_dir: Path, store: RunStore, executor: Executor 
     finished, problems = store.check([c.run_id for c in everything + selections])
     for problem in problems:
         log(f"warning: {problem}")
+    if not force:
+        from bench.provenance import other_versions, version
+        older = other_versions([store.load(i) for i in sorted(finished)])
+        if older:
+            log(f"note: reusing {sum(older.values())} finished runs written by another dare-bench version ("
+                + ", ".join(f"{n} by {v}" for v, n in older.items()) + f"; this is {version()}); "
+                "--force redoes them")
     phases = [[c for c in phase if force or c.run_id not in finished] for phase in (first, then)]
     walks = [Walk(s, s.candidates()) for s in selections if force or s.run_id not in finished]
     for w in walks:

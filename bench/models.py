@@ -90,13 +90,17 @@ class StackedMLP(nn.Module):
             else:
                 raise ValueError(f"unknown init {init!r}")
 
+    def layer_weight(self, layer: int) -> torch.Tensor:
+        """The (members, in, out) weight that layer ``layer`` applies; a subclass may constrain it."""
+        return self.weights[layer]
+
     def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         """x: (N, in) shared by all members, or (members, N, in). Returns logits (members, N, out)."""
         h = x
-        for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+        for layer, bias in enumerate(self.biases):
             if layer > 0:
                 h = torch.relu(h)
                 if dropout and self.dropout > 0:
                     h = F.dropout(h, self.dropout, training=True)
-            h = member_linear(h, weight, bias)
+            h = member_linear(h, self.layer_weight(layer), bias)
         return h

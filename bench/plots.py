@@ -15,6 +15,8 @@ from sklearn.metrics import roc_curve  # noqa: E402
 
 from bench.store import RunStore  # noqa: E402
 
+# every file plot_all writes matches one of these (a new report replaces them all)
+PLOT_FILES = ("comparison*.png", "ood_histograms*.png", "roc_curves*.png", "top_uncertain*.png")
 SCORE_LABELS = {"pred_entropy": "predictive entropy (bits)", "mutual_info": "mutual information (bits)",
                 "one_minus_max_prob": "1 - max probability", "eq35_distance": "Eq. 35 distance"}
 
@@ -41,8 +43,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
 
 
-def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] | None = None) -> list[Path]:
-    """Every plot for the given (successful) runs; returns the files written."""
+def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] | None = None,
+             protocol: str = "", tag: str = "") -> list[Path]:
+    """Every plot for the given (successful) runs of one protocol, named ``protocol`` in each title;
+    ``tag`` is appended to the file names (a folder with several protocols). Returns the files written."""
     runs = runs[runs["status"] == "ok"]
     if runs.empty:
         return []
@@ -54,18 +58,20 @@ def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] |
     # each run's AUROC by the score its method is reported with
     runs = runs.assign(**{f"auroc_primary_vs_{s}": [r[f"auroc_{r['primary_score']}_vs_{s}"] for _, r in runs.iterrows()]
                           for s in sets})
-    files = [_comparison(store.out, runs, variants, colors, sets)]
+    title = protocol or _protocol_title(runs)
+    files = [_comparison(store.out / f"comparison{tag}.png", title, runs, variants, colors, sets)]
     if sets:
-        files += [_histograms(store.out, runs, variants, colors, arrays, sets[0]),
-                  _roc_curves(store.out, runs, variants, colors, arrays, sets[0])]
+        files += [_histograms(store.out / f"ood_histograms{tag}.png", title, runs, variants, colors, arrays, sets[0]),
+                  _roc_curves(store.out / f"roc_curves{tag}.png", title, runs, variants, colors, arrays, sets[0])]
     for variant in variants:
         first = runs[runs["variant"] == variant].sort_values("seed").iloc[0]
-        files.append(_top_uncertain(store.out, variant, int(first["seed"]), arrays[first["run_id"]], class_names))
+        files.append(_top_uncertain(store.out / f"top_uncertain{tag}_{_slug(variant)}.png", title, variant,
+                                    int(first["seed"]), arrays[first["run_id"]], class_names))
     plt.close("all")
     return files
 
 
-def _comparison(out: Path, runs, variants, colors, sets) -> Path:
+def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
     panels = ([("id_acc", "ID test accuracy")]
               + [(f"auroc_primary_vs_{s}", f"AUROC vs {s}\n(each method's score)") for s in sets]
               + [(f"auroc_mutual_info_vs_{s}", f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
@@ -88,10 +94,9 @@ def _comparison(out: Path, runs, variants, colors, sets) -> Path:
         ax.set_ylabel("")
     np.random.set_state(rng_state)
     n = runs.groupby("variant").size()
-    fig.suptitle(f"{_protocol_title(runs)}\ndiamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); "
+    fig.suptitle(f"{title}\ndiamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); "
                  "dots: single seeds", y=1.04)
     fig.tight_layout()
-    path = out / "comparison.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
 
@@ -101,7 +106,7 @@ def _protocol_title(runs) -> str:
     return f"preset {presets}: {runs['id_dataset'].iloc[0]} in distribution"
 
 
-def _histograms(out: Path, runs, variants, colors, arrays, ood_set: str) -> Path:
+def _histograms(path: Path, title: str, runs, variants, colors, arrays, ood_set: str) -> Path:
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
     for ax, variant in zip(axes[0], variants):
         ids, score = runs.loc[runs["variant"] == variant, "run_id"], _primary(runs, variant)
@@ -116,14 +121,13 @@ def _histograms(out: Path, runs, variants, colors, arrays, ood_set: str) -> Path
         ax.set_xlabel(_score_label(score))
     axes[0][0].set_ylabel("density (log)")
     axes[0][0].legend()
-    fig.suptitle(f"{_protocol_title(runs)}, {ood_set} OOD; all seeds pooled (x axis clipped at the 99.5th percentile)")
+    fig.suptitle(f"{title}; {ood_set} shown; all seeds pooled (x axis clipped at the 99.5th percentile)")
     fig.tight_layout()
-    path = out / "ood_histograms.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
 
 
-def _roc_curves(out: Path, runs, variants, colors, arrays, ood_set: str) -> Path:
+def _roc_curves(path: Path, title: str, runs, variants, colors, arrays, ood_set: str) -> Path:
     fig, ax = plt.subplots(figsize=(5.2, 5))
     for variant in variants:
         sub, score = runs[runs["variant"] == variant], _primary(runs, variant)
@@ -137,15 +141,14 @@ def _roc_curves(out: Path, runs, variants, colors, arrays, ood_set: str) -> Path
     ax.plot([0, 1], [0, 1], linestyle=":", color="grey")
     ax.set_xlabel("false positive rate (ID flagged)")
     ax.set_ylabel(f"true positive rate ({ood_set} caught)")
-    ax.set_title(f"{_protocol_title(runs)}\nROC vs {ood_set} by each method's score, one line per seed", fontsize=9)
+    ax.set_title(f"{title}\nROC vs {ood_set} by each method's score, one line per seed", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    path = out / "roc_curves.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
 
 
-def _top_uncertain(out: Path, variant: str, seed: int, arr: dict, class_names) -> Path:
+def _top_uncertain(path: Path, title: str, variant: str, seed: int, arr: dict, class_names) -> Path:
     k = len(arr["top_index"])
     fig, axes = plt.subplots(1, k, figsize=(2.1 * k, 2.6))
     for ax, i in zip(np.atleast_1d(axes), range(k)):
@@ -157,8 +160,7 @@ def _top_uncertain(out: Path, variant: str, seed: int, arr: dict, class_names) -
                      f"H = {arr['id_pred_entropy'][idx]:.2f} bits", fontsize=8,
                      color="black" if pred == true else "crimson")
         ax.axis("off")
-    fig.suptitle(f"Top-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)
+    fig.suptitle(f"{title}\nTop-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)
     fig.tight_layout()
-    path = out / f"top_uncertain_{_slug(variant)}.png"
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import torch
 
+from bench import provenance
 from bench.config import Execution, RunConfig
 from bench.data import BenchData
 from bench.metrics import evaluate
@@ -29,7 +30,7 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
     record = {**row, "config_columns": [k for k in row if k not in ("run_id", "seed")],
               "config": config.to_dict(), "ood_skipped": "; ".join(f"{k}: {v}" for k, v in data.ood_skipped.items()),
               "device": str(device), "vectorized": execution.vectorize, "threads": torch.get_num_threads(),
-              "torch_version": torch.__version__, "numpy_version": np.__version__}
+              "torch_version": torch.__version__, "numpy_version": np.__version__, **provenance.stamp()}
     try:
         method, bound_values = method.bind(references or {})
     except ReferenceFailed as exc:
@@ -63,9 +64,11 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
                   eval_seconds=time.perf_counter() - start,
                   epochs_run=" ".join(map(str, result.epochs_run)),
                   kept_epochs=" ".join(map(str, result.kept_epochs)),
+                  nonfinite_epochs=" ".join(map(str, result.nonfinite_epochs)),
                   member_val_loss=" ".join(f"{v:.6g}" for v in result.val_loss),
                   # the mean over members of each member's validation task loss after checkpoint restore
                   val_task_loss=float(np.mean(finite_val)) if len(finite_val) == len(result.val_loss) else None,
+                  param_abs_mean=float(np.mean(result.param_abs_mean)),
                   history=result.history, finished_at=_now())
 
     mean_id = p_id.mean(axis=0)

@@ -93,8 +93,10 @@ def _same(a: Any, b: Any) -> bool:
         return a == b
 
 
-def parse_select_spec(method: str, values: dict[str, Any], what: str) -> tuple[tuple, bool | dict]:
-    """A preset's [select.METHOD] table -> (grid, early_break)."""
+def parse_select_spec(method: str, values: dict[str, Any], what: str,
+                      fixed: set[str] = frozenset()) -> tuple[tuple, bool | dict]:
+    """A preset's [select.METHOD] table -> (grid, early_break). ``fixed``: options that -o took out of
+    the table; early_break may still name them (the break then applies where the fixed value matches)."""
     values = dict(values)
     early = values.pop("early_break", True)
     if isinstance(early, str):
@@ -114,10 +116,12 @@ def parse_select_spec(method: str, values: dict[str, Any], what: str) -> tuple[t
     if not grid:
         raise ConfigError(f"{what}: no option to select over (give e.g. lam = [0.01, 0.1, 1])")
     if isinstance(early, dict):
-        unknown = sorted(set(early) - {n for n, _ in grid})
+        unknown = sorted(set(early) - {n for n, _ in grid} - set(fixed))
         if unknown:
             raise ConfigError(f"{what}: early_break names '{unknown[0]}', which is not a selected option")
         for name, value in early.items():
+            if name in fixed:
+                continue
             if not any(_same(value, v) for v in dict(grid)[name]):
                 raise ConfigError(f"{what}: early_break {name}={value!r} is not among the grid's values "
                                   f"{list(dict(grid)[name])}")

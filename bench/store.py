@@ -59,6 +59,13 @@ class RunStore:
         except OSError as exc:
             raise BenchError(f"cannot create output folder {self.out}: {exc.strerror}") from None
 
+    @classmethod
+    def existing(cls, out: Path) -> "RunStore":
+        """A results folder that must already hold records (BenchError otherwise)."""
+        if not any((Path(out) / "records").glob("*.json")):
+            raise BenchError(f"no records in {out} (expected {Path(out) / 'records'}/<run_id>.json)")
+        return cls(out)
+
     def record_path(self, run_id: str) -> Path:
         return self.records / f"{run_id}.json"
 

@@ -39,10 +39,12 @@ class Diverged(Exception):
 class TrainResult:
     model: StackedMLP
     epochs_run: list[int]        # per member: epochs trained before stopping
-    history: list[dict]          # per epoch and member: train loss and accuracy, validation loss
+    history: list[dict]          # per epoch and member: train loss and accuracy, validation loss, mean |theta|
     kept_epochs: list[int]       # per member: the epoch whose weights were kept (0: final weights)
     val_loss: list[float]        # per member: validation task loss of the kept weights (nan: no val)
+    param_abs_mean: list[float]  # per member: mean |theta| of the kept weights
     seconds: float = 0.0
+    nonfinite_epochs: list[int] = dataclasses.field(default_factory=list)  # per member; 0: stayed finite
 
 
 def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed: int,
@@ -69,7 +71,8 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
     return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
                        [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],
-                       time.perf_counter() - start)
+                       [v for p in parts for v in p.param_abs_mean], time.perf_counter() - start,
+                       [e for p in parts for e in p.nonfinite_epochs])
 
 
 def per_member(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -83,6 +86,37 @@ def validation_loss(method: Method, model: StackedMLP, val: tuple[torch.Tensor, 
     x, y = val
     logits = method.logits(model, x)
     return method.task_loss(logits, y.expand(logits.shape[0], -1))
+
+
+@torch.no_grad()
+def finite_members(params: list[torch.Tensor], members: int) -> torch.Tensor:
+    """(M,) bool: every parameter of the member is finite. A parameter without a member axis (shared)
+    counts for every member."""
+    ok = torch.ones(members, dtype=torch.bool, device=params[0].device)
+    for p in params:
+        if p.dim() >= 1 and p.shape[0] == members:
+            ok &= torch.isfinite(p).reshape(members, -1).all(dim=1)
+        else:
+            ok &= bool(torch.isfinite(p).all())
+    return ok
+
+
+@torch.no_grad()
+def member_abs_mean(model: torch.nn.Module) -> torch.Tensor:
+    """Mean |theta| of each member's parameters, shape (M,): what DARE's anti-regularizer inflates.
+    A parameter with a leading member axis counts for its member; any other (a shared weight, as in
+    BatchEnsemble) counts for every member."""
+    members = model.members
+    total = torch.zeros(members, device=next(model.parameters()).device)
+    count = 0
+    for p in model.parameters():
+        if p.dim() >= 1 and p.shape[0] == members:
+            total += p.abs().reshape(members, -1).sum(dim=1)
+            count += p[0].numel()
+        else:
+            total += p.abs().sum()
+            count += p.numel()
+    return total / count
 
 
 def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor,
@@ -127,6 +161,7 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
     active = torch.ones(members, dtype=torch.bool, device=device)
     frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
     epochs_run = [protocol.epochs] * members
+    nonfinite_epochs = [0] * members  # per member: the epoch its loss or weights went non-finite (0: never)
     history: list[dict] = []
     steps = math.ceil(n / protocol.batch_size)
 
@@ -168,10 +203,23 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
         bar.close()
 
         epoch_loss, epoch_acc = loss_sum / n, correct / n
-        if not bool(torch.isfinite(epoch_loss[active]).all()) or not all(
-                bool(torch.isfinite(p).all()) for p in params):
-            raise Diverged(epoch)
+        broken = active & ~(torch.isfinite(epoch_loss) & finite_members(params, members))
+        if bool(broken.any()):
+            # a member whose loss or weights went non-finite keeps its checkpoint and stops, when it
+            # has one (Keras' restore-on-checkpoint does the same); without one the run diverged
+            if unit or saved is None or not bool((kept_epoch[broken] > 0).all()):
+                raise Diverged(epoch)
+            with torch.no_grad():
+                for p, keep in zip(params, saved):
+                    p.copy_(per_member(broken, keep, p))
+            for m in torch.nonzero(broken).flatten().tolist():
+                epochs_run[m] = nonfinite_epochs[m] = epoch
+            active &= ~broken
+            frozen = [p.detach().clone() for p in params]
+            if not active.any():
+                break
         val_loss = validation_loss(method, model, val) if val is not None else None
+        abs_mean = member_abs_mean(model).tolist()
         if val_loss is not None and method.checkpoint != "none":
             decide = per_unit(val_loss)
             save = checkpoint_mask(method.checkpoint, decide, best_val, method.checkpoint_threshold) & active
@@ -186,7 +234,8 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
             if active[i]:
                 history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
                                 "train_acc": float(epoch_acc[i]),
-                                "val_loss": float(val_loss[i]) if val_loss is not None else float("nan")})
+                                "val_loss": float(val_loss[i]) if val_loss is not None else float("nan"),
+                                "param_abs_mean": abs_mean[i]})
         if protocol.early_stop_acc is not None:
             stopping = active & (per_unit(epoch_acc) >= protocol.early_stop_acc)
             if stopping.any():
@@ -203,4 +252,5 @@ def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch
             for p, keep in zip(params, saved):
                 p.copy_(choose(restore, keep, p))
     final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members
-    return TrainResult(model, epochs_run, history, kept_epoch.tolist(), final_val)
+    return TrainResult(model, epochs_run, history, kept_epoch.tolist(), final_val, member_abs_mean(model).tolist(),
+                       nonfinite_epochs=nonfinite_epochs)

@@ -1,9 +1,23 @@
 """The method registry: the one place that maps a name to a method class.
 
-To add a method, write ``methods/<name>.py`` with a ``Method`` subclass and add the class to
-``_METHODS`` below. Nothing else changes: the training loop, evaluators and CLI pick it up.
+Three ways in, one registry:
+
+* the methods shipped here: ``methods/<name>.py`` plus an entry in ``_BUILTIN`` below;
+* a plugin file: ``--plugin path/to/my_method.py`` on any command, or ``load_plugin(path)``;
+  every ``Method`` subclass with a ``name`` defined in that file is registered;
+* an installed package: an entry point in the group ``dare_bench.methods`` naming a ``Method``
+  subclass (``my_method = "my_pkg.my_method:MyMethod"``), found the first time a name is looked up.
+
+Nothing else changes: the training loop, evaluators and CLI pick a registered method up.
 """
 from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from importlib import metadata
+from pathlib import Path
 
 from bench.errors import ConfigError
 from methods.base import Method
@@ -18,16 +32,94 @@ from methods.packed_ensemble import PackedEnsemble
 from methods.rde import RDE
 from methods.single_network import SingleNetwork
 
-_METHODS: tuple[type[Method], ...] = (DeepEnsemble, DARE, MCDropout, SingleNetwork, AnchorNet, MOD, NegCorr, RDE,
+ENTRY_POINT_GROUP = "dare_bench.methods"
+_BUILTIN: tuple[type[Method], ...] = (DeepEnsemble, DARE, MCDropout, SingleNetwork, AnchorNet, MOD, NegCorr, RDE,
                                       BatchEnsemble, PackedEnsemble)
-REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in _METHODS}
+REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in _BUILTIN}
+SOURCES: dict[str, str] = {cls.name: "built in" for cls in _BUILTIN}  # name -> where it came from
+_plugin_files: dict[Path, list[str]] = {}  # resolved plugin path -> the names it registered
+_entry_points_loaded = False
+
+
+def register(cls: type, source: str) -> type[Method]:
+    """Add a method class under ``cls.name``; ConfigError for a non-method, an empty or taken name."""
+    if not (isinstance(cls, type) and issubclass(cls, Method)) or cls is Method:
+        raise ConfigError(f"{source}: {cls!r} is not a methods.Method subclass")
+    name = cls.name
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{source}: method class {cls.__name__} has an empty name (set name = \"...\")")
+    if not name.isidentifier():
+        raise ConfigError(f"{source}: method name {name!r} must be a Python identifier (letters, digits, _)")
+    if name in REGISTRY and REGISTRY[name] is not cls:
+        raise ConfigError(f"{source}: method name '{name}' is already registered ({SOURCES[name]})")
+    REGISTRY[name], SOURCES[name] = cls, source
+    return cls
+
+
+def load_plugin(path: str | Path) -> list[str]:
+    """Import a Python file and register every Method subclass with a name defined in it. Loading
+    the same file again is a no-op. Returns the names it registered."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"plugin {path}: no such file")
+    resolved = path.resolve()
+    if resolved in _plugin_files:
+        return _plugin_files[resolved]
+    # a module name unique per file, so that two plugins called my_method.py do not collide and
+    # worker processes (which load the same files) can unpickle the classes
+    module_name = f"dare_bench_plugin_{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"plugin {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look classes up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure in the user's file is one line, not a traceback
+        del sys.modules[module_name]
+        raise ConfigError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from None
+    found = [obj for obj in vars(module).values() if inspect.isclass(obj) and issubclass(obj, Method)
+             and obj.__module__ == module_name and obj.name]
+    if not found:
+        del sys.modules[module_name]
+        raise ConfigError(f"plugin {path} defines no method (a methods.Method subclass with a name)")
+    names = [register(cls, f"plugin {path}").name for cls in found]
+    _plugin_files[resolved] = names
+    return names
+
+
+def plugin_files() -> list[Path]:
+    """The plugin files loaded in this process (worker processes load them again)."""
+    return list(_plugin_files)
+
+
+def load_entry_points() -> list[str]:
+    """Register the methods that installed packages declare in the ``dare_bench.methods`` group.
+    Runs once per process; returns the names registered."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return []
+    _entry_points_loaded = True
+    names = []
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        source = f"entry point {entry.name} = {entry.value}"
+        try:
+            cls = entry.load()
+        except Exception as exc:  # noqa: BLE001 - a broken package is one line
+            raise ConfigError(f"{source} failed to load: {type(exc).__name__}: {exc}") from None
+        if isinstance(cls, type) and issubclass(cls, Method) and cls.name != entry.name:
+            raise ConfigError(f"{source}: the class's name is '{cls.name}', not '{entry.name}'")
+        names.append(register(cls, source).name)
+    return names
 
 
 def get_method(name: str) -> type[Method]:
+    if name not in REGISTRY:
+        load_entry_points()
     try:
         return REGISTRY[name]
     except KeyError:
         raise ConfigError(f"unknown method '{name}' (registered: {', '.join(REGISTRY)})") from None
 
 
-__all__ = ["Method", "REGISTRY", "get_method"]
+__all__ = ["Method", "REGISTRY", "get_method", "register", "load_plugin", "load_entry_points", "plugin_files"]

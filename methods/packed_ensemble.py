@@ -58,14 +58,9 @@ class PackedMLP(StackedMLP):
             else:
                 bias[m].uniform_(-1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in), generator=generator)
 
-    def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        h = x
-        for layer, (weight, bias, mask) in enumerate(zip(self.weights, self.biases, self.masks())):
-            if layer > 0:
-                h = torch.relu(h)
-            h = torch.baddbmm(bias.unsqueeze(1), h.expand(self.members, *h.shape) if h.dim() == 2 else h,
-                              weight * mask)
-        return h
+    def layer_weight(self, layer: int) -> torch.Tensor:
+        # the mask is applied in the forward pass too, so masked weights get no gradient and stay zero
+        return self.weights[layer] * getattr(self, f"mask{layer}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,3 +88,42 @@ def test_checkpointing_is_the_same_on_the_sequential_path():
     assert a.kept_epochs == b.kept_epochs
     for p, q in zip(a.model.parameters(), b.model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+
+
+class BlowsUpMember1AfterEpoch2(DeepEnsemble):
+    """Member 1's penalty turns NaN from its third epoch on (the state counts training steps)."""
+
+    def prepare(self, model, seed, member_ids):
+        return {"steps": 0}
+
+    def penalty(self, model, task_loss, batch):
+        batch.state["steps"] += 1
+        if batch.state["steps"] <= 2 * 4:  # 64 images / batch 16 = 4 steps per epoch
+            return None
+        return torch.tensor([0.0, float("nan")]) * task_loss
+
+
+def test_a_member_that_goes_non_finite_keeps_its_checkpoint_and_the_run_goes_on():
+    method = BlowsUpMember1AfterEpoch2(members=2, checkpoint="best")
+    result = train(method, protocol(6), TRAIN, 3, seed=0, progress=False, val=VAL)
+    assert result.nonfinite_epochs == [0, 3] and result.epochs_run == [6, 3]
+    # member 1 keeps its best epoch among the finite ones (1 or 2), member 0 its best of all six
+    curve1 = val_curve(result, 1)[:2]
+    assert result.kept_epochs[1] == 1 + curve1.index(min(curve1))
+    assert all(torch.isfinite(p).all() for p in result.model.parameters())
+    reference = train(DeepEnsemble(members=2, checkpoint="best"), protocol(result.kept_epochs[1]), TRAIN, 3, seed=0,
+                      progress=False, val=VAL)
+    for kept, ref in zip(result.model.parameters(), reference.model.parameters()):
+        torch.testing.assert_close(kept[1], ref[1])  # exactly the weights of its kept epoch
+    # member 0 trained on, unaffected: the same as a deep ensemble trained alone
+    alone = train(DeepEnsemble(members=2, checkpoint="best"), protocol(6), TRAIN, 3, seed=0, progress=False, val=VAL)
+    for kept, ref in zip(result.model.parameters(), alone.model.parameters()):
+        torch.testing.assert_close(kept[0], ref[0])
+
+
+def test_a_member_that_goes_non_finite_without_a_checkpoint_diverges_the_run():
+    from bench.train import Diverged
+    with pytest.raises(Diverged) as info:
+        train(BlowsUpMember1AfterEpoch2(members=2, checkpoint="none"), protocol(6), TRAIN, 3, seed=0,
+              progress=False, val=VAL)
+    assert info.value.epoch == 3

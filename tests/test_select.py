@@ -180,3 +180,14 @@ def test_an_interrupted_walk_resumes_without_retraining(tiny_data, tmp_path, mon
     assert trained == [] and len(json.loads(next(out.glob("records/sel-*.json")).read_text())["candidates"]) == walked
     assert main([*args, "--force"]) == 0
     assert len(trained) == walked and len(set(trained)) == walked  # --force: each candidate once
+
+
+def test_fixing_an_early_break_option_with_o_keeps_the_break_where_the_value_matches():
+    from bench.config import load_preset
+    name, values = load_preset("paper-fmnist")  # anchor_net: early_break = {sigma = 10}
+    at_01 = expand_grid(name, values, ["anchor_net"], [0], {}, ["anchor_net.sigma=0.1"])[0]
+    at_10 = expand_grid(name, values, ["anchor_net"], [0], {}, ["anchor_net.sigma=10"])[0]
+    assert at_01.grid == (("lam", (0.1, 1.0, 10.0)),)
+    assert {c.method_options["sigma"] for c in at_01.candidates()} == {0.1}
+    assert not any(at_01.breaks_at(c) for c in at_01.candidates())  # the paper breaks only in the sigma = 10 row
+    assert all(at_10.breaks_at(c) for c in at_10.candidates())

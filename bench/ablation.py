@@ -1,0 +1,203 @@
+"""Ablations: how each metric moves with the method options that vary in a grid.
+
+The axes are found, not declared: any option with more than one value among a method's runs (in
+one protocol) is an axis, so a new method's options are ablated with no new code here. For each
+axis, each metric is drawn against it with a band of ± sd over seeds: a line per combination of the
+other varying options for the methods that vary it; a method that does not vary it (the deep
+ensemble on DARE's threshold axis) is drawn as a dashed level, coloured like the lines it matches
+on the options they share (e.g. the member count). The training history adds DARE's mechanism:
+mean |theta| and the train loss over epochs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from bench.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
+
+# (column, title); auroc_primary is each run's AUROC by its method's own score vs the first OOD set
+METRICS = [("id_acc", "ID accuracy"), ("id_nll_nats", "ID NLL (nats)"), ("id_ece", "ID ECE (15 bins)"),
+           ("auroc_primary", "AUROC vs {set}\n(each method's score)"), ("param_abs_mean", "mean |θ| (kept weights)")]
+NOT_OPTIONS = {"run_id", "method", "label", "variant", "preset", "ood_split", "primary_score", "seed",
+               *PROTOCOL_COLUMNS}
+
+
+def option_columns(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The config columns that are method options."""
+    return [k for k in keys if k in runs.columns and k not in NOT_OPTIONS]
+
+
+def axes_of(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """Options with more than one value among some method's runs."""
+    return [c for c in option_columns(runs, keys)
+            if runs.groupby("method")[c].nunique(dropna=True).max() > 1]
+
+
+def _with_primary_auroc(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    sets = [s for s in str(runs["ood_sets"].iloc[0]).split()
+            if any(c.endswith(f"_vs_{s}") for c in runs.columns)] if "ood_sets" in runs else []
+    if not sets:
+        return runs, None
+    values = [r.get(f"auroc_{r['primary_score']}_vs_{sets[0]}", np.nan) for _, r in runs.iterrows()]
+    return runs.assign(auroc_primary=values), sets[0]
+
+
+def _usable(runs: pd.DataFrame) -> pd.DataFrame:
+    runs = runs[runs["status"] == "ok"]
+    if "candidate_of" in runs:
+        runs = runs[runs["candidate_of"].fillna("") == ""]
+    return runs
+
+
+def ablation_table(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Long table: one row per (protocol, method, value of every varying option, metric) with the
+    mean, sd and n over seeds."""
+    rows = []
+    for group in protocol_groups(_usable(runs)):
+        frame, ood_set = _with_primary_auroc(group.runs)
+        axes = axes_of(frame, keys)
+        metrics = [m for m, _ in METRICS if m in frame]
+        by = ["method", "label", *axes]
+        stats = frame.groupby(by, dropna=False, sort=False)[metrics].agg(["mean", "std", "count"])
+        for index, row in stats.iterrows():
+            base = dict(zip(by, index if isinstance(index, tuple) else (index,)))
+            for metric in metrics:
+                rows.append({"protocol": group.label, **base,
+                             "metric": metric if metric != "auroc_primary" else f"auroc_primary_vs_{ood_set}",
+                             "mean": row[(metric, "mean")], "std": row[(metric, "std")],
+                             "n": int(row[(metric, "count")])})
+    return pd.DataFrame(rows)
+
+
+def _is_numeric(values: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(values.dropna())
+
+
+def _key(row: pd.Series, names: list[str]) -> str:
+    return ", ".join(f"{n}={row[n]:g}" if isinstance(row[n], float) else f"{n}={row[n]}"
+                     for n in names if pd.notna(row[n]))
+
+
+def plot_axis(path: Path, title: str, frame: pd.DataFrame, axis: str, axes: list[str], ood_set: str | None) -> Path:
+    """Each metric against ``axis``: mean ± sd over seeds."""
+    varying = [m for m, g in frame.groupby("method", sort=False) if g[axis].nunique(dropna=True) > 1]
+    others = [a for a in axes if a != axis]
+    # options every method has a value of (e.g. members): they pick the colour, so that a method
+    # drawn as a level matches the lines with the same value
+    shared = [a for a in others if frame.groupby("method")[a].apply(lambda s: s.notna().all()).all()]
+    numeric = _is_numeric(frame.loc[frame["method"].isin(varying), axis])
+    values = frame.loc[frame["method"].isin(varying), axis].dropna().unique()
+    if numeric:
+        values = np.sort(values.astype(float))
+        position = {v: v for v in values}
+    else:
+        values = list(dict.fromkeys(map(str, values)))
+        position = {v: i for i, v in enumerate(values)}
+    frame = frame.assign(_line=[r["label"] + (f", {_key(r, others)}" if _key(r, others) else "")
+                                for _, r in frame.iterrows()],
+                         _colour=[_key(r, shared) if shared else None for _, r in frame.iterrows()])
+    if not shared:
+        frame["_colour"] = frame["_line"]
+    colours = list(dict.fromkeys(frame.sort_values(shared or ["_line"])["_colour"]))
+    palette = dict(zip(colours, sns.color_palette("viridis" if shared else "colorblind", len(colours))))
+    methods_dashes = {m: "-" for m in varying}
+    metrics = [(m, t.replace("{set}", ood_set or "")) for m, t in METRICS if m in frame and frame[m].notna().any()]
+    fig, axs = plt.subplots(1, len(metrics), figsize=(3.9 * len(metrics), 3.6), squeeze=False)
+    span = (min(position.values()), max(position.values())) if position else (0, 1)
+    for ax, (metric, metric_title) in zip(axs[0], metrics):
+        for (line, colour), g in frame.groupby(["_line", "_colour"], sort=False, dropna=False):
+            colour_value = palette.get(colour, "grey")
+            if g["method"].iloc[0] in methods_dashes:
+                g = g.assign(_x=[position.get(v if numeric else str(v)) for v in g[axis]]).dropna(subset=["_x"])
+                stats = g.groupby("_x")[metric].agg(["mean", "std"]).sort_index()
+                sd = stats["std"].fillna(0.0)
+                ax.plot(stats.index, stats["mean"], "-o", color=colour_value, markersize=4, linewidth=1.6, label=line)
+                ax.fill_between(stats.index, stats["mean"] - sd, stats["mean"] + sd, color=colour_value, alpha=0.15)
+            else:  # this method does not vary the axis: its level, over the whole range
+                mean, sd = g[metric].mean(), g[metric].std()
+                sd = 0.0 if pd.isna(sd) else sd
+                ax.hlines(mean, *span, colors=[colour_value], linestyles="--", linewidth=1.3, label=f"{line} (level)")
+                ax.fill_between(span, mean - sd, mean + sd, color=colour_value, alpha=0.07)
+        if numeric and len(values) > 1 and values.min() > 0 and values.max() / values.min() >= 20:
+            ax.set_xscale("log")
+        ax.ticklabel_format(axis="y", useOffset=False)
+        if numeric:  # ticks at the grid's values: the reader sees which values ran
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+            ax.minorticks_off()
+        else:
+            ax.set_xticks(range(len(values)), values)
+        ax.set_xlabel(axis)
+        ax.set_title(metric_title, fontsize=10)
+    handles, labels = axs[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    n = frame.groupby(["method", *[a for a in axes if a in frame]], dropna=False).size()
+    fig.suptitle(f"{title}\nmetrics against {axis}: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))})",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_epochs(path: Path, title: str, frame: pd.DataFrame, histories: dict[str, list[dict]], axes: list[str]) -> Path | None:
+    """Mean |theta| and the train loss over epochs (mean over members, then over seeds): a line per
+    combination of the varying options, a panel per member count when it varies."""
+    rows = [{**h, "run_id": rid} for rid, hist in histories.items() for h in hist if "param_abs_mean" in h]
+    if not rows:
+        return None
+    per_epoch = pd.DataFrame(rows).groupby(["run_id", "epoch"])[["param_abs_mean", "train_loss"]].mean().reset_index()
+    facet = "members" if "members" in axes else None
+    others = [a for a in axes if a != facet]
+    frame = frame.assign(_line=[r["label"] + (f", {_key(r, others)}" if _key(r, others) else "") for _, r in frame.iterrows()])
+    data = per_epoch.merge(frame[["run_id", "_line", "method", *([facet] if facet else [])]], on="run_id")
+    panels = sorted(data[facet].dropna().unique()) if facet else [None]
+    lines = list(dict.fromkeys(frame.sort_values(others or ["_line"])["_line"]))
+    palette = dict(zip(lines, sns.color_palette("viridis", len(lines))))
+    fig, axs = plt.subplots(2, len(panels), figsize=(3.8 * len(panels), 6.2), squeeze=False, sharex=True)
+    for j, value in enumerate(panels):
+        sub = data if facet is None else data[data[facet] == value]
+        for line, g in sub.groupby("_line", sort=False):
+            stats = g.groupby("epoch")[["param_abs_mean", "train_loss"]].agg(["mean", "std"])
+            for i, col in enumerate(("param_abs_mean", "train_loss")):
+                mean, sd = stats[(col, "mean")], stats[(col, "std")].fillna(0.0)
+                axs[i][j].plot(mean.index, mean, color=palette[line], linewidth=1.5, label=line)
+                axs[i][j].fill_between(mean.index, mean - sd, mean + sd, color=palette[line], alpha=0.15)
+        axs[0][j].set_title(f"{facet} = {value:g}" if facet else "", fontsize=10)
+        axs[1][j].set_xlabel("epoch")
+        axs[1][j].set_yscale("log")
+    axs[0][0].set_ylabel("mean |θ| over members")
+    axs[1][0].set_ylabel("train task loss (log)")
+    handles, labels = axs[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}\nover training epochs: mean ± sd over seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def write_ablation(out: Path, runs: pd.DataFrame, keys: list[str], histories: dict[str, list[dict]]) -> list[Path]:
+    """OUT/ablation.csv, and per protocol one plot per varying option plus the epochs plot."""
+    out = Path(out)
+    table = ablation_table(runs, keys)
+    table.to_csv(out / "ablation.csv", index=False)
+    files = [out / "ablation.csv"]
+    sns.set_theme(style="whitegrid", context="notebook")
+    for group in protocol_groups(_usable(runs)):
+        frame, ood_set = _with_primary_auroc(group.runs)
+        axes = axes_of(frame, keys)
+        for axis in axes:
+            files.append(plot_axis(out / f"ablation{group.tag}_{axis}.png", group.label, frame, axis, axes, ood_set))
+        epochs = plot_epochs(out / f"ablation{group.tag}_epochs.png", group.label, frame,
+                             {rid: histories.get(rid, []) for rid in frame["run_id"]}, axes)
+        if epochs:
+            files.append(epochs)
+    plt.close("all")
+    return files

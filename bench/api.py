@@ -1,0 +1,159 @@
+"""The Python entry point, for notebooks: the same validation, run store and resume as the
+command line (which is built on these functions).
+
+    import bench
+    runs = bench.run(methods=["deep_ensemble", "dare"], seeds=[0, 1], options={"dare.threshold": [0.1, 0.3]},
+                     protocol={"epochs": 3}, out="results/notebook", data_dir="../data")
+    runs = bench.load("results/seed")           # one row per finished run
+    table = bench.summary("results/seed")       # mean, std and n over seeds per config
+    tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.ablation module)
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from bench.config import Execution, expand_grid, load_preset, make_execution
+from bench.data import resolve_data_dir
+from bench.errors import BenchError, ConfigError
+from bench.executors import Executor, make_executor, run_grid, with_references
+from bench.store import RunStore, records_frame, summarize, config_columns
+from methods import load_entry_points, load_plugin
+
+RESULTS = "results"  # a preset's results go to results/<preset> unless out says otherwise
+
+
+@dataclasses.dataclass
+class Plan:
+    """A validated grid and where it runs: nothing has trained yet."""
+    preset: str
+    preset_values: dict[str, Any]
+    configs: list
+    store: RunStore
+    data_dir: Path
+    execution: Execution
+    executor: Executor
+
+
+def _assignments(options: Mapping[str, Any] | Iterable[str] | None, what: str) -> list[str]:
+    """{'dare.threshold': [0.1, 0.3], 'members': 5} or ['dare.threshold=0.1,0.3'] -> CLI strings."""
+    if options is None:
+        return []
+    if isinstance(options, str):
+        raise ConfigError(f"{what}: expected a dict or a list of 'NAME=V,V' strings, not one string")
+    if isinstance(options, Mapping):
+        out = []
+        for name, values in options.items():
+            values = values if isinstance(values, (list, tuple)) else [values]
+            if not values:
+                raise ConfigError(f"{what} {name!r}: an empty list of values")
+            out.append(f"{name}=" + ",".join("none" if v is None else str(v) for v in values))
+        return out
+    return [str(o) for o in options]
+
+
+def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int] | None = None,
+         protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
+         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), device: str = "auto",
+         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None) -> Plan:
+    """Validate everything (ConfigError on bad input) and say where the grid will run."""
+    load_entry_points()
+    for path in plugins:
+        load_plugin(path)
+    name, values = load_preset(preset)
+    configs = expand_grid(name, values, list(methods) if methods else None,
+                          list(seeds) if seeds is not None else None, dict(protocol or {}),
+                          _assignments(options, "option"), _assignments(select, "select"))
+    execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize})
+    execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
+    executor = make_executor({"jobs": jobs, "dask_address": dask})
+    store = RunStore(Path(out) if out is not None else Path(RESULTS) / name)
+    return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor)
+
+
+def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
+    """The grid's runs (references and selections included), finished or to do; trains nothing."""
+    first, then = with_references(p.configs)
+    finished, _ = p.store.check([c.run_id for c in first + then])
+    rows = []
+    for config in first + then:
+        role = "reference" if config not in p.configs else ("selection" if hasattr(config, "candidates") else "run")
+        rows.append({"run_id": config.run_id, "variant": config.variant, "seed": config.seed, "role": role,
+                     "candidates": len(config.candidates()) if role == "selection" else 0,
+                     "finished": config.run_id in finished and not force})
+    return pd.DataFrame(rows)
+
+
+def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> tuple[pd.DataFrame, float]:
+    """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv. Returns (this grid's runs in
+    the grid's order, wall seconds). A KeyboardInterrupt leaves every finished run saved."""
+    started = time.perf_counter()
+    try:
+        run_ids = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
+                           progress=progress, force=force)
+    except KeyboardInterrupt:
+        p.store.write_tables()
+        raise
+    wall = time.perf_counter() - started
+    runs, _, _, _ = p.store.write_tables()
+    if len(runs):  # methods as given, then options, seeds
+        order = {run_id: i for i, run_id in enumerate(run_ids)}
+        runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
+    return runs.reset_index(drop=True), wall
+
+
+def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[int] | None = None,
+        protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
+        data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), force: bool = False,
+        download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
+        threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None) -> pd.DataFrame:
+    """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
+    per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
+
+    options: {'dare.threshold': [0.1, 0.3], 'members': 5} (a list is a grid) or ['dare.threshold=0.1,0.3'].
+    select: the same for options selected on the validation split ({'mod.lam': [0, 1e-3, 1e-2]}).
+    protocol: overrides of the preset's protocol values ({'epochs': 3, 'hidden': (64, 64)}).
+    """
+    p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
+             vectorize, jobs, dask)
+    runs, _ = execute(p, download, progress, force)
+    if plots:
+        from bench.report import write_report
+        write_report(p.store, runs, config_columns(p.store.scan()[0]), plots=True, echo=lambda _: None)
+    return runs
+
+
+def _records(out: str | Path) -> tuple[list[dict], dict[str, list[str]]]:
+    store = RunStore.existing(Path(out))
+    records, _ = store.scan()
+    return records, store.candidates()
+
+
+def load(out: str | Path, candidates: bool = False) -> pd.DataFrame:
+    """Every finished run in a results folder, one row each (what runs.csv holds). A selection's
+    candidate runs are left out unless ``candidates``: the selection's own row stands for them."""
+    records, cands = _records(out)
+    runs = records_frame(records, cands)
+    if not candidates and "candidate_of" in runs:
+        runs = runs[runs["candidate_of"] == ""].reset_index(drop=True)
+    return runs
+
+
+def summary(out: str | Path) -> pd.DataFrame:
+    """Mean, std and n over seeds per config (what summary.csv holds), candidates left out."""
+    records, _ = _records(out)
+    return summarize(load(out), config_columns(records))
+
+
+def ablation_table(out: str | Path) -> pd.DataFrame:
+    """The long ablation table of a results folder (see ``bench.ablation``)."""
+    from bench import ablation
+    records, _ = _records(out)
+    return ablation.ablation_table(load(out), config_columns(records))
+
+
+__all__ = ["run", "load", "summary", "ablation_table", "plan", "execute", "dry_run", "BenchError"]

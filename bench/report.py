@@ -1,0 +1,132 @@
+"""The human-facing report of a results folder: the summary table (printed and summary.md), the
+plots and, when asked, the paper table. Runs of different protocols are never mixed: each protocol
+gets its own section and its own plots, and every table and plot names the protocol it shows."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+
+import pandas as pd
+
+from bench.config import Protocol
+from bench.store import RunStore, summarize
+
+# (column, title, scale, digits); {score} is each row's primary score, {set} each OOD set
+HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
+            ("auroc_{score}_vs_{set}", "AUROC vs {set}", 1, 3), ("fpr95_{score}_vs_{set}", "FPR@95 vs {set}", 1, 3),
+            ("train_seconds", "train s", 1, 1)]
+PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
+
+
+@dataclasses.dataclass
+class ProtocolGroup:
+    label: str        # e.g. "preset seed: mnist in distribution, OOD fashion_mnist"
+    tag: str          # "" when the folder holds one protocol, else a file-name suffix such as "_seed_mnist"
+    details: str      # every protocol value, one line
+    runs: pd.DataFrame
+
+
+def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
+    """The runs split by protocol (every protocol value, not the preset's name). Labels name the
+    preset(s) and, when a folder holds several protocols, the values that tell them apart."""
+    cols = [c for c in PROTOCOL_COLUMNS if c in runs.columns]
+    if runs.empty or not cols:
+        return [ProtocolGroup("", "", "", runs)] if not runs.empty else []
+    keys = runs[cols].astype(str)
+    groups = [frame for _, frame in runs.groupby([keys[c] for c in cols], sort=False, dropna=False)]
+    differing = [c for c in cols if keys[c].nunique() > 1 and c not in ("id_dataset", "ood_sets")]
+    out = []
+    for frame in groups:
+        first = frame.iloc[0]
+        presets = ", ".join(dict.fromkeys(map(str, frame["preset"]))) if "preset" in frame else "?"
+        label = f"preset {presets}: {first['id_dataset']} in distribution, OOD {first['ood_sets']}"
+        extra = ", ".join(f"{c}={first[c]}" for c in differing)
+        if extra:
+            label += f" ({extra})"
+        tag = "" if len(groups) == 1 else "_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{presets} {first['id_dataset']} {extra}").strip("_")
+        details = ", ".join(f"{c}={first[c]}" for c in cols)
+        out.append(ProtocolGroup(label, tag, details, frame))
+    tags = [g.tag for g in out]
+    if len(set(tags)) < len(tags):  # equal slugs of different values: fall back to numbers
+        for i, g in enumerate(out):
+            g.tag = f"_protocol{i + 1}"
+    return out
+
+
+def headline(summary) -> list[tuple[str, str, float, int]]:
+    """HEADLINE with {set} expanded to the OOD sets present; {score} stays per row."""
+    sets = list(dict.fromkeys(s for v in summary.get("ood_sets", []) for s in str(v).split()))
+    out = []
+    for col, title, scale, digits in HEADLINE:
+        for s in (sets if "{set}" in col else [None]):
+            out.append((col.replace("{set}", s or ""), title.replace("{set}", s or ""), scale, digits))
+    return out
+
+
+def mean_std(mean, std, scale: float, digits: int) -> str:
+    if mean is None or pd.isna(mean):
+        return "-"
+    std = 0.0 if std is None or pd.isna(std) else std  # one seed: no spread to show
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+def format_summary(summary, markdown: bool = False) -> str:
+    """The headline columns as 'mean ± std' per config; AUROC/FPR by each row's primary score."""
+    if summary.empty:
+        return "no finished runs"
+    columns = headline(summary)
+    chosen = "selected" in summary and summary["selected"].fillna("").astype(bool).any()
+    header = ["variant", "n", "score"] + [title for _, title, _, _ in columns] + (["selected (by seed)"] if chosen else [])
+    lines = []
+    for _, row in summary.iterrows():
+        n = f"{row['n']}" + "".join(f" (+{row[f'n_{k}']} {k})" for k in ("diverged", "error") if row.get(f"n_{k}"))
+        score = row.get("primary_score", "pred_entropy")
+        lines.append([str(row["variant"]), n, score] + [
+            mean_std(row.get(f"{col.replace('{score}', score)}_mean"),
+                     row.get(f"{col.replace('{score}', score)}_std"), scale, digits)
+            for col, _, scale, digits in columns] + ([str(row.get("selected") or "")] if chosen else []))
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
+    widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
+
+
+def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bool = True,
+                 compare_to: str | None = None, echo=print) -> list:
+    """summary.md (one section per protocol) and the plots of each protocol; the paper table when a
+    preset names one. Prints the summary. Returns the files written."""
+    groups = protocol_groups(runs)
+    sections, files = [], []
+    for group in groups:
+        summary = summarize(group.runs, keys)
+        echo(f"{group.label}\n{format_summary(summary)}")
+        sections.append(f"## {group.label}\n\nProtocol: {group.details}\n\n{format_summary(summary, markdown=True)}\n")
+    (store.out / "summary.md").write_text("\n".join(sections) if sections else "no finished runs\n")
+    for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
+        print(f"error recorded: {error}", file=sys.stderr)
+    if compare_to and not runs.empty:
+        files += paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
+    if plots:
+        from bench.data import DATASET_CLASSES
+        from bench.plots import PLOT_FILES, plot_all
+        for pattern in PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
+            for stale in store.out.glob(pattern):
+                stale.unlink()
+        for group in groups:
+            names = tuple(DATASET_CLASSES[group.runs["id_dataset"].iloc[0]].classes)
+            files += plot_all(store, group.runs, names, group.label, group.tag)
+    for path in files:
+        echo(f"wrote {path}")
+    return files
+
+
+def paper_table(store, runs, summary, published: str, in_distribution: str | None = None, echo=print) -> list:
+    """Write and print the runs beside a published table (see bench.paper)."""
+    from bench.paper import format_markdown, write_paper_table
+    skipped = sorted({s for v in runs.get("ood_skipped", pd.Series(dtype=object)).dropna()
+                      for s in str(v).split("; ") if s})
+    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped)
+    echo(format_markdown(table))
+    return files

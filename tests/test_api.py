@@ -1,0 +1,52 @@
+"""The Python API (bench.run / load / summary / ablation_table): same validation, store and resume as the CLI."""
+import pandas as pd
+import pytest
+
+import bench
+from bench import executors
+from bench.errors import BenchError, ConfigError
+
+TINY = dict(seeds=[0, 1], protocol={"epochs": 2, "val_size": 50, "early_stop_acc": None}, progress=False,
+            download=False)
+
+
+def test_run_returns_the_grid_as_a_dataframe_and_resumes(tiny_data, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    runs = bench.run(["deep_ensemble", "dare"], options={"members": 2, "dare.threshold": [0.1, 0.5]}, out=out,
+                     data_dir=tiny_data, **TINY)
+    assert isinstance(runs, pd.DataFrame) and len(runs) == 6 and set(runs["status"]) == {"ok"}
+    assert sorted(runs.loc[runs["method"] == "dare", "threshold"].unique()) == [0.1, 0.5]
+    assert set(runs["members"]) == {2} and set(runs["epochs"]) == {2}
+    # the same call again reuses every record: nothing trains
+    monkeypatch.setattr(executors, "run_one", lambda *a, **k: pytest.fail("retrained a finished run"))
+    again = bench.run(["deep_ensemble", "dare"], options=["members=2", "dare.threshold=0.1,0.5"], out=out,
+                      data_dir=tiny_data, **TINY)
+    assert again["run_id"].tolist() == runs["run_id"].tolist()
+    assert again["id_acc"].tolist() == runs["id_acc"].tolist()
+
+    loaded = bench.load(out)
+    assert set(loaded["run_id"]) == set(runs["run_id"])
+    summary = bench.summary(out)
+    assert len(summary) == 3 and set(summary["n"]) == {2}
+    dare = summary[(summary["method"] == "dare") & (summary["threshold"] == 0.1)].iloc[0]
+    assert dare["id_acc_mean"] == pytest.approx(runs[(runs["method"] == "dare") & (runs["threshold"] == 0.1)]["id_acc"].mean())
+    tidy = bench.ablation_table(out)
+    assert {"threshold", "metric", "mean", "std", "n"} <= set(tidy.columns)
+
+
+def test_bad_input_raises_the_cli_s_error(tiny_data, tmp_path):
+    with pytest.raises(ConfigError, match="no selected method has an option 'lam'"):
+        bench.run(["dare"], options={"lam": 1}, out=tmp_path, data_dir=tiny_data, **TINY)
+    with pytest.raises(ConfigError, match="unknown method 'nope'"):
+        bench.run(["nope"], out=tmp_path, data_dir=tiny_data, **TINY)
+    with pytest.raises(ConfigError, match="epochs=0 is out of range"):
+        bench.run(["dare"], out=tmp_path, data_dir=tiny_data, **{**TINY, "protocol": {"epochs": 0}})
+    with pytest.raises(BenchError, match="no records in"):
+        bench.load(tmp_path / "empty")
+
+
+def test_run_with_plots_writes_the_report(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    bench.run(["deep_ensemble"], out=out, data_dir=tiny_data, plots=True, options={"members": 2},
+              **{**TINY, "seeds": [0]})
+    assert (out / "comparison.png").is_file() and (out / "summary.md").is_file()

@@ -1,0 +1,65 @@
+"""Every registered method honours the method API (bench.conformance), and the checks can fail."""
+import dataclasses
+
+import pytest
+import torch
+
+from bench.conformance import check_method
+from bench.options import option, parse_int
+from methods import REGISTRY
+from methods.base import Method
+from methods.deep_ensemble import DeepEnsemble
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registered_method_conforms(name):
+    check_method(REGISTRY[name])
+
+
+def test_dare_with_a_relative_threshold_conforms():
+    check_method(REGISTRY["dare"], {"delta": 0.25, "loss": "mse"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NotNormalised(DeepEnsemble):
+    name = "not_normalised"
+    summary = "returns raw scores instead of probabilities"
+
+    def predict_proba(self, model, x):
+        return self.logits(model, x).exp()
+
+
+@dataclasses.dataclass(frozen=True)
+class WrongPenalty(DeepEnsemble):
+    name = "wrong_penalty"
+    summary = "a scalar penalty instead of one per member"
+
+    def penalty(self, model, task_loss, batch):
+        return task_loss.sum() * 0
+
+
+@dataclasses.dataclass(frozen=True)
+class NoHelp(Method):
+    name = "no_help"
+    summary = "an option without help text"
+    members: int = option(2, parse=parse_int, allowed="an integer >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class InfinitePenalty(DeepEnsemble):
+    name = "infinite_penalty"
+    summary = "a penalty that is not finite"
+
+    def penalty(self, model, task_loss, batch):
+        return torch.full_like(task_loss, float("inf"))
+
+
+@pytest.mark.parametrize("cls, message", [
+    (NotNormalised, "do not sum to 1"),
+    (WrongPenalty, "penalty has shape ()"),
+    (NoHelp, "no_help.members: no help text"),
+    (InfinitePenalty, "penalty is not finite"),
+])
+def test_the_checks_catch_a_broken_method(cls, message):
+    with pytest.raises(AssertionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_method(cls)

@@ -1,0 +1,79 @@
+"""Review fixes: summary groups by config fields, protocols are never mixed, --help shows the
+preset's values, the README stays inside the repository, records carry the harness version."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import bench
+from bench.cli import main
+
+TINY = ["--methods", "deep_ensemble", "--seeds", "0", "--epochs", "1", "--early-stop-acc", "none",
+        "-o", "members=2", "--no-download", "-q"]
+
+
+def test_runs_that_differ_only_in_val_size_are_two_rows_and_val_size_is_no_metric(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    for val_size in ("40", "60"):
+        assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--val-size", val_size,
+                     "--no-plots", *TINY]) == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert sorted(summary["val_size"]) == [40, 60] and set(summary["n"]) == {1}
+    assert not any(c.startswith("val_size_") for c in summary.columns)
+
+
+def test_two_protocols_in_one_folder_get_their_own_sections_and_plots(tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    for dataset in ("mnist", "fashion_mnist"):
+        assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--val-size", "50",
+                     "--id-dataset", dataset, *TINY]) == 0
+    capsys.readouterr()
+    assert main(["report", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    summary_md = (out / "summary.md").read_text()
+    sections = re.findall(r"^## (.*)$", summary_md, flags=re.M)
+    assert sorted(sections) == ["preset seed: fashion_mnist in distribution, OOD mnist",
+                                "preset seed: mnist in distribution, OOD fashion_mnist"]
+    assert all(s in printed for s in sections)
+    # each section's table has the one run of its protocol
+    for part in summary_md.split("## ")[1:]:
+        assert len([line for line in part.splitlines() if line.startswith("| deep_ensemble(")]) == 1
+    assert (out / "comparison_seed_mnist.png").is_file() and (out / "comparison_seed_fashion_mnist.png").is_file()
+    assert not (out / "comparison.png").exists()
+
+
+def test_help_shows_the_presets_values_not_none(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--preset", "paper-fmnist", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: None)" not in text
+    assert "default: 100-100-100" in text and "default: raw255" in text and "default: 50)" in text
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: 256-256" in text and "default: fashion_mnist" in text and "(default: None)" not in text
+
+
+def test_the_readme_refers_to_no_file_outside_the_repository():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert not re.findall(r"\.\./", readme)
+
+
+def test_records_carry_the_version_and_reuse_of_another_versions_records_is_reported(tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["run", "--data-dir", str(tiny_data), "--out", str(out), "--val-size", "50", "--no-plots", *TINY]
+    assert main(args) == 0
+    (path,) = (out / "records").glob("*.json")
+    record = json.loads(path.read_text())
+    assert record["harness_version"] == bench.__version__ and "harness_commit" in record
+    record["harness_version"] = "0.0.1"
+    path.write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(args) == 0
+    assert (f"note: reusing 1 finished runs written by another dare-bench version (1 by 0.0.1; this is "
+            f"{bench.__version__}); --force redoes them") in capsys.readouterr().out
+    assert json.loads(path.read_text())["harness_version"] == "0.0.1"  # reused, not redone
+    assert main([*args, "--force"]) == 0
+    assert json.loads(path.read_text())["harness_version"] == bench.__version__
