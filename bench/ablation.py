@@ -36,8 +36,9 @@ def option_columns(runs: pd.DataFrame, keys: list[str]) -> list[str]:
 
 def axes_of(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """Options with more than one value among some method's runs."""
+    # dropna=False: none is a value of its own (e.g. threshold=none,0.3 with delta set)
     return [c for c in option_columns(runs, keys)
-            if runs.groupby("method")[c].nunique(dropna=True).max() > 1]
+            if runs.groupby("method")[c].nunique(dropna=False).max() > 1]
 
 
 def _with_primary_auroc(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -80,6 +81,18 @@ def _is_numeric(values: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(values.dropna())
 
 
+def _category(value) -> str:
+    return "none" if pd.isna(value) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _line_names(frame: pd.DataFrame, names: list[str]) -> list[str]:
+    """Each run's line: its label (its method's name where the label moves with an option, as DE's
+    with loss) and the values of ``names``."""
+    moving = {m for m, g in frame.groupby("method") if g["label"].nunique() > 1}
+    return [(r["method"] if r["method"] in moving else r["label"]) + (f", {_key(r, names)}" if _key(r, names) else "")
+            for _, r in frame.iterrows()]
+
+
 def _key(row: pd.Series, names: list[str]) -> str:
     return ", ".join(f"{n}={row[n]:g}" if isinstance(row[n], float) else f"{n}={row[n]}"
                      for n in names if pd.notna(row[n]))
@@ -92,16 +105,15 @@ def plot_axis(path: Path, title: str, frame: pd.DataFrame, axis: str, axes: list
     # options every method has a value of (e.g. members): they pick the colour, so that a method
     # drawn as a level matches the lines with the same value
     shared = [a for a in others if frame.groupby("method")[a].apply(lambda s: s.notna().all()).all()]
-    numeric = _is_numeric(frame.loc[frame["method"].isin(varying), axis])
-    values = frame.loc[frame["method"].isin(varying), axis].dropna().unique()
+    on_axis = frame.loc[frame["method"].isin(varying), axis]
+    numeric = _is_numeric(on_axis) and not on_axis.isna().any()  # with none among them: categories
     if numeric:
-        values = np.sort(values.astype(float))
+        values = np.sort(on_axis.unique().astype(float))
         position = {v: v for v in values}
     else:
-        values = list(dict.fromkeys(map(str, values)))
+        values = list(dict.fromkeys(map(_category, on_axis)))
         position = {v: i for i, v in enumerate(values)}
-    frame = frame.assign(_line=[r["label"] + (f", {_key(r, others)}" if _key(r, others) else "")
-                                for _, r in frame.iterrows()],
+    frame = frame.assign(_line=_line_names(frame, others),
                          _colour=[_key(r, shared) if shared else None for _, r in frame.iterrows()])
     if not shared:
         frame["_colour"] = frame["_line"]
@@ -115,7 +127,7 @@ def plot_axis(path: Path, title: str, frame: pd.DataFrame, axis: str, axes: list
         for (line, colour), g in frame.groupby(["_line", "_colour"], sort=False, dropna=False):
             colour_value = palette.get(colour, "grey")
             if g["method"].iloc[0] in methods_dashes:
-                g = g.assign(_x=[position.get(v if numeric else str(v)) for v in g[axis]]).dropna(subset=["_x"])
+                g = g.assign(_x=[position.get(v if numeric else _category(v)) for v in g[axis]]).dropna(subset=["_x"])
                 stats = g.groupby("_x")[metric].agg(["mean", "std"]).sort_index()
                 sd = stats["std"].fillna(0.0)
                 ax.plot(stats.index, stats["mean"], "-o", color=colour_value, markersize=4, linewidth=1.6, label=line)
@@ -155,20 +167,29 @@ def plot_epochs(path: Path, title: str, frame: pd.DataFrame, histories: dict[str
     per_epoch = pd.DataFrame(rows).groupby(["run_id", "epoch"])[["param_abs_mean", "train_loss"]].mean().reset_index()
     facet = "members" if "members" in axes else None
     others = [a for a in axes if a != facet]
-    frame = frame.assign(_line=[r["label"] + (f", {_key(r, others)}" if _key(r, others) else "") for _, r in frame.iterrows()])
+    frame = frame.assign(_line=_line_names(frame, others))
     data = per_epoch.merge(frame[["run_id", "_line", "method", *([facet] if facet else [])]], on="run_id")
     panels = sorted(data[facet].dropna().unique()) if facet else [None]
-    lines = list(dict.fromkeys(frame.sort_values(others or ["_line"])["_line"]))
-    palette = dict(zip(lines, sns.color_palette("viridis", len(lines))))
+    ordered = frame.sort_values(others or ["_line"])
+    # lines of a method that has none of the varying options (the deep ensemble beside DARE's
+    # thresholds) are the reference: dashed grey; the others run through a sequential palette
+    reference = {line for line, g in ordered.groupby("_line") if not others or g[others].isna().all(axis=None)}
+    lines = [line for line in dict.fromkeys(ordered["_line"]) if line not in reference] + sorted(reference)
+    varied = [line for line in lines if line not in reference]
+    palette = dict(zip(varied, sns.color_palette("viridis", len(varied))))
     fig, axs = plt.subplots(2, len(panels), figsize=(3.8 * len(panels), 6.2), squeeze=False, sharex=True)
     for j, value in enumerate(panels):
         sub = data if facet is None else data[data[facet] == value]
-        for line, g in sub.groupby("_line", sort=False):
+        for line in lines:
+            g = sub[sub["_line"] == line]
+            if g.empty:
+                continue
             stats = g.groupby("epoch")[["param_abs_mean", "train_loss"]].agg(["mean", "std"])
+            colour, style = (palette[line], "-") if line in palette else ("dimgrey", "--")
             for i, col in enumerate(("param_abs_mean", "train_loss")):
                 mean, sd = stats[(col, "mean")], stats[(col, "std")].fillna(0.0)
-                axs[i][j].plot(mean.index, mean, color=palette[line], linewidth=1.5, label=line)
-                axs[i][j].fill_between(mean.index, mean - sd, mean + sd, color=palette[line], alpha=0.15)
+                axs[i][j].plot(mean.index, mean, style, color=colour, linewidth=1.5, label=line)
+                axs[i][j].fill_between(mean.index, mean - sd, mean + sd, color=colour, alpha=0.15)
         axs[0][j].set_title(f"{facet} = {value:g}" if facet else "", fontsize=10)
         axs[1][j].set_xlabel("epoch")
         axs[1][j].set_yscale("log")
@@ -183,12 +204,18 @@ def plot_epochs(path: Path, title: str, frame: pd.DataFrame, histories: dict[str
     return path
 
 
-def write_ablation(out: Path, runs: pd.DataFrame, keys: list[str], histories: dict[str, list[dict]]) -> list[Path]:
-    """OUT/ablation.csv, and per protocol one plot per varying option plus the epochs plot."""
+def write_ablation(out: Path, runs: pd.DataFrame, keys: list[str], histories: dict[str, list[dict]],
+                   plots: bool = True) -> list[Path]:
+    """OUT/ablation.csv, and per protocol one plot per varying option plus the epochs plot
+    (replacing the previous ablation's plots)."""
     out = Path(out)
     table = ablation_table(runs, keys)
     table.to_csv(out / "ablation.csv", index=False)
     files = [out / "ablation.csv"]
+    if not plots:
+        return files
+    for stale in out.glob("ablation*.png"):  # an axis of the last grid may be gone
+        stale.unlink()
     sns.set_theme(style="whitegrid", context="notebook")
     for group in protocol_groups(_usable(runs)):
         frame, ood_set = _with_primary_auroc(group.runs)

@@ -33,7 +33,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def plugin_parent() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
+    parent = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parent.add_argument("--plugin", action="append", default=[], metavar="FILE",
                         help="a Python file defining a method (a methods.Method subclass with a name); it is "
                         "registered before anything else happens. Repeatable. Installed packages can also "
@@ -44,13 +44,13 @@ def plugin_parent() -> argparse.ArgumentParser:
 def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     """``preset``: the --preset given on the command line, so that --help shows its values."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench", description="dare-bench: compare ensemble methods for uncertainty "
+        prog="python -m bench", allow_abbrev=False, description="dare-bench: compare ensemble methods for uncertainty "
         "quantification (deep ensembles, DARE, MC dropout, the DARE paper's baselines, BatchEnsemble, "
         "Packed-Ensembles) on MNIST / Fashion-MNIST with OOD detection.")
     sub = parser.add_subparsers(dest="command", required=True)
     parents = [plugin_parent()]
 
-    run = sub.add_parser("run", help="train and evaluate a grid of methods x options x seeds",
+    run = sub.add_parser("run", allow_abbrev=False, help="train and evaluate a grid of methods x options x seeds",
                          formatter_class=HelpFormatter, parents=parents,
                          description="Train and evaluate every (method, option combination, seed). "
                          "Values not given come from the preset. Each finished run is saved at once as "
@@ -60,11 +60,11 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
                          "rebuilt from the records.")
     add_run_arguments(run, preset or "seed")
 
-    ablate = sub.add_parser("ablate", help="run an ablation grid and plot each metric against the varying options",
+    ablate = sub.add_parser("ablate", allow_abbrev=False, help="run an ablation grid and plot each metric against the varying options",
                             formatter_class=HelpFormatter, parents=parents,
                             description="Exactly `run` (same options, store and resume), then the ablation: "
                             "every method option with more than one value in the grid is an axis. Writes "
-                            "OUT/ablation.csv (mean, sd, n over seeds per value and metric), "
+                            "OUT/ablation.csv (mean, sd, n over seeds per value and metric) and, unless --no-plots, "
                             "OUT/ablation_<option>.png (each metric against the option, ± sd bands; methods "
                             "that do not vary it drawn as dashed levels) and OUT/ablation_epochs.png (mean "
                             "|theta| and train loss over epochs). Default preset: ablate-dare (DARE's "
@@ -72,9 +72,9 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
                             "same member counts); ablate-dare-paper varies delta under the paper protocol.")
     add_run_arguments(ablate, preset or ABLATE_PRESET)
 
-    sub.add_parser("list", help="list registered methods with their options, and the presets", parents=parents)
+    sub.add_parser("list", allow_abbrev=False, help="list registered methods with their options, and the presets", parents=parents)
 
-    perf = sub.add_parser("perf", help="time the training loop against the seed-style loop and the matmul peak",
+    perf = sub.add_parser("perf", allow_abbrev=False, help="time the training loop against the seed-style loop and the matmul peak",
                           formatter_class=HelpFormatter, parents=parents,
                           description="Train the same deep ensemble (no early stop) with (a) the seed "
                           "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
@@ -95,7 +95,7 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     perf.add_argument("--data-dir", help=f"dataset folder; default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR}")
     perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
 
-    report = sub.add_parser("report", help="rebuild the CSV tables (and plots) from the records in OUT",
+    report = sub.add_parser("report", allow_abbrev=False, help="rebuild the CSV tables (and plots) from the records in OUT",
                             formatter_class=HelpFormatter, parents=parents,
                             description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
                             "OUT/records. Runs of different protocols get their own section and plots.")
@@ -103,7 +103,7 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     report.add_argument("--no-plots", action="store_true", help="write only the tables")
 
     from bench.paper import available_tables
-    paper = sub.add_parser("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
+    paper = sub.add_parser("paper-table", allow_abbrev=False, help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
                            formatter_class=HelpFormatter, parents=parents,
                            description="Rows: the configs in OUT whose in-distribution set matches, matched to "
                            "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
@@ -254,7 +254,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     histories = {rid: plan.store.load(rid).get("history", []) for rid in runs["run_id"]}
-    for path in write_ablation(plan.store.out, runs, keys, histories):
+    for path in write_ablation(plan.store.out, runs, keys, histories, plots=not args.no_plots):
         print(f"wrote {path}")
     return 0
 
@@ -359,10 +359,18 @@ COMMANDS = {"run": cmd_run, "ablate": cmd_ablate, "list": cmd_list, "perf": cmd_
 def _early_flags(argv: list[str]) -> argparse.Namespace:
     """--preset and --plugin, read before the full parser is built: the plugins' methods and the
     preset's values belong in --help."""
-    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early = _QuietParser(add_help=False, allow_abbrev=False)
     early.add_argument("--preset")
     early.add_argument("--plugin", action="append", default=[])
-    return early.parse_known_args(argv)[0]
+    try:
+        return early.parse_known_args(argv)[0]
+    except ValueError:  # e.g. --preset with no value: the full parser reports it
+        return argparse.Namespace(preset=None, plugin=[])
+
+
+class _QuietParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ValueError(message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in early.plugin:
             load_plugin(path)
         args = build_parser(early.preset).parse_args(argv)
+        for path in getattr(args, "plugin", []):  # the same files: a no-op, unless the early pass missed one
+            load_plugin(path)
         return COMMANDS[args.command](args)
     except BenchError as exc:
         print(f"dare-bench: error: {exc}", file=sys.stderr)

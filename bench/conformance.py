@@ -78,6 +78,7 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
     test = tiny_split(20, 2)
     proba, own = method.predict(result.model, test.x)
     assert isinstance(proba, np.ndarray) and proba.ndim == 3, f"{name}: predict must give a (samples, N, K) array"
+    assert proba.shape[0] >= 1, f"{name}: predict gave no samples"
     assert proba.shape[1:] == (20, N_CLASSES), f"{name}: predictions have shape {proba.shape}"
     assert np.isfinite(proba).all() and (proba >= 0).all(), f"{name}: predictions are not probabilities"
     assert np.allclose(proba.sum(axis=-1), 1.0, atol=1e-4), f"{name}: predictions do not sum to 1"

@@ -138,11 +138,12 @@ def run_grid(configs: list, data_dir: Path, store: RunStore, executor: Executor 
     for problem in problems:
         log(f"warning: {problem}")
     if not force:
-        from bench.provenance import other_versions, version
+        from bench.provenance import commit, other_versions, version
         older = other_versions([store.load(i) for i in sorted(finished)])
         if older:
-            log(f"note: reusing {sum(older.values())} finished runs written by another dare-bench version ("
-                + ", ".join(f"{n} by {v}" for v, n in older.items()) + f"; this is {version()}); "
+            log(f"note: reusing {sum(older.values())} finished runs written by another dare-bench version or commit ("
+                + ", ".join(f"{n} by {v}" for v, n in older.items()) + f"; this is {version()}"
+                + (f" at {commit()[:8]}" if commit() else "") + "); "
                 "--force redoes them")
     phases = [[c for c in phase if force or c.run_id not in finished] for phase in (first, then)]
     walks = [Walk(s, s.candidates()) for s in selections if force or s.run_id not in finished]

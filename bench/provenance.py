@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 VERSION_KEY, COMMIT_KEY = "harness_version", "harness_commit"
+CODE = ("bench", "methods", "run_all.py", "pyproject.toml")  # what a commit stamp vouches for
 
 
 def version() -> str:
@@ -20,11 +21,16 @@ def commit() -> str | None:
     if not (root / ".git").exists():
         return None
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        # uncommitted edits to the code (not to results/) make the commit an approximation: say so
+        edits = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *CODE], capture_output=True,
+                               text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    if head.returncode != 0 or not head.stdout.strip():
+        return None
+    return head.stdout.strip() + ("+edits" if edits.returncode == 0 and edits.stdout.strip() else "")
 
 
 def stamp() -> dict[str, str | None]:
@@ -33,10 +39,17 @@ def stamp() -> dict[str, str | None]:
 
 
 def other_versions(records: list[dict]) -> dict[str, int]:
-    """Version -> how many of ``records`` another dare-bench version wrote ('unknown' if unstamped)."""
+    """Writer -> how many of ``records`` another dare-bench wrote: another version ('unknown' if
+    unstamped), or, where both this code and the record know their commit, another commit
+    ('0.2.0 at 1a2b3c4d')."""
     out: dict[str, int] = {}
+    mine = commit()
     for record in records:
         written_by = record.get(VERSION_KEY) or "unknown"
-        if written_by != version():
-            out[written_by] = out.get(written_by, 0) + 1
+        theirs = record.get(COMMIT_KEY)
+        if written_by == version() and mine and theirs and theirs != mine:
+            written_by = f"{written_by} at {theirs[:8]}{'+edits' if theirs.endswith('+edits') else ''}"
+        elif written_by == version():
+            continue
+        out[written_by] = out.get(written_by, 0) + 1
     return out

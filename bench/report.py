@@ -4,12 +4,14 @@ gets its own section and its own plots, and every table and plot names the proto
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 
 import pandas as pd
 
 from bench.config import Protocol
+from bench.errors import BenchError
 from bench.store import RunStore, summarize
 
 # (column, title, scale, digits); {score} is each row's primary score, {set} each OOD set
@@ -51,7 +53,36 @@ def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
     if len(set(tags)) < len(tags):  # equal slugs of different values: fall back to numbers
         for i, g in enumerate(out):
             g.tag = f"_protocol{i + 1}"
+    # the runs of a preset's own protocol keep the plain file names (comparison.png, ...); checks
+    # that change a protocol value beside them (e.g. --preprocess raw) get the tagged ones
+    home = next((g for g in out if _is_presets_own(g.runs, cols)), None)
+    if home is not None:
+        home.tag = ""
     return out
+
+
+def _norm(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
+    """Whether these runs (one protocol) are of one shipped preset and have its protocol values."""
+    from bench.config import available_presets, load_preset, make_protocol
+    presets = set(map(str, runs.get("preset", [])))
+    if len(presets) != 1 or (preset := presets.pop()) not in available_presets():
+        return False
+    try:
+        protocol = make_protocol(load_preset(preset)[1].get("protocol", {}))
+    except BenchError:
+        return False
+    own = dataclasses.asdict(protocol)
+    own.update(hidden="-".join(map(str, protocol.hidden)), ood_sets=" ".join(protocol.ood_sets))
+    first = runs.iloc[0]
+    return all(_norm(first[c]) == _norm(own[c]) for c in cols)
 
 
 def headline(summary) -> list[tuple[str, str, float, int]]:
@@ -81,6 +112,9 @@ def format_summary(summary, markdown: bool = False) -> str:
     lines = []
     for _, row in summary.iterrows():
         n = f"{row['n']}" + "".join(f" (+{row[f'n_{k}']} {k})" for k in ("diverged", "error") if row.get(f"n_{k}"))
+        restored = row.get("nonfinite_members_mean")
+        if restored is not None and not pd.isna(restored) and restored > 0:  # members kept a checkpoint
+            n += f" ({round(restored * row['n'])} members non-finite, checkpoint kept)"
         score = row.get("primary_score", "pred_entropy")
         lines.append([str(row["variant"]), n, score] + [
             mean_std(row.get(f"{col.replace('{score}', score)}_mean"),

@@ -65,6 +65,7 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
                   epochs_run=" ".join(map(str, result.epochs_run)),
                   kept_epochs=" ".join(map(str, result.kept_epochs)),
                   nonfinite_epochs=" ".join(map(str, result.nonfinite_epochs)),
+                  nonfinite_members=sum(e > 0 for e in result.nonfinite_epochs),
                   member_val_loss=" ".join(f"{v:.6g}" for v in result.val_loss),
                   # the mean over members of each member's validation task loss after checkpoint restore
                   val_task_loss=float(np.mean(finite_val)) if len(finite_val) == len(result.val_loss) else None,

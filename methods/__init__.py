@@ -79,11 +79,17 @@ def load_plugin(path: str | Path) -> list[str]:
         del sys.modules[module_name]
         raise ConfigError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from None
     found = [obj for obj in vars(module).values() if inspect.isclass(obj) and issubclass(obj, Method)
-             and obj.__module__ == module_name and obj.name]
+             and obj.__module__ == module_name]
     if not found:
         del sys.modules[module_name]
         raise ConfigError(f"plugin {path} defines no method (a methods.Method subclass with a name)")
-    names = [register(cls, f"plugin {path}").name for cls in found]
+    try:
+        names = [register(cls, f"plugin {path}").name for cls in found]  # an empty name is an error too
+    except ConfigError:
+        for name in [n for n, source in SOURCES.items() if source == f"plugin {path}"]:
+            del REGISTRY[name], SOURCES[name]  # all of the file or none of it
+        del sys.modules[module_name]
+        raise
     _plugin_files[resolved] = names
     return names
 

@@ -37,6 +37,14 @@ def test_axes_are_the_options_that_vary_within_a_method():
     assert axes_of(runs, KEYS) == ["members", "threshold"]
 
 
+def test_none_is_a_value_of_its_own_on_an_axis():
+    runs = _runs()
+    runs.loc[(runs["method"] == "dare") & (runs["threshold"] == 0.3), "threshold"] = None
+    assert axes_of(runs, KEYS) == ["threshold"]
+    acc = ablation_table(runs, KEYS).query("metric == 'id_acc' and method == 'dare'")
+    assert len(acc) == 2 and sorted(acc["mean"].round(6)) == [0.82, 0.92]  # not pooled into one row
+
+
 def test_the_long_table_has_mean_sd_and_n_over_seeds():
     table = ablation_table(_runs(), KEYS)
     acc = table[(table["metric"] == "id_acc") & (table["method"] == "dare")].set_index("threshold")
@@ -63,7 +71,7 @@ def test_the_ablate_command_end_to_end(tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["ablate", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", "--epochs", "2",
             "--val-size", "50", "--early-stop-acc", "none", "--lr", "0.01", "-o", "dare.threshold=0.05,5",
-            "-o", "members=1,2", "--no-download", "--no-plots", "-q"]
+            "-o", "members=1,2", "--no-download", "-q"]
     assert main(args) == 0
     table = pd.read_csv(out / "ablation.csv")
     assert {"members", "threshold"} <= set(table.columns)
@@ -77,6 +85,10 @@ def test_the_ablate_command_end_to_end(tiny_data, tmp_path, capsys):
     dare_big = runs[(runs["method"] == "dare") & (runs["threshold"] == 5)]["param_abs_mean"].mean()
     de = runs[runs["method"] == "deep_ensemble"]["param_abs_mean"].mean()
     assert dare_big > de
+    # --no-plots: the table is rewritten, no plot is drawn
+    (out / "ablation_members.png").unlink()
+    assert main([*args, "--no-plots"]) == 0
+    assert not (out / "ablation_members.png").exists() and (out / "ablation.csv").is_file()
 
 
 @pytest.mark.parametrize("args, message", [

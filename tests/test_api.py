@@ -50,3 +50,25 @@ def test_run_with_plots_writes_the_report(tiny_data, tmp_path):
     bench.run(["deep_ensemble"], out=out, data_dir=tiny_data, plots=True, options={"members": 2},
               **{**TINY, "seeds": [0]})
     assert (out / "comparison.png").is_file() and (out / "summary.md").is_file()
+
+
+def test_plan_dry_run_force_and_plugins(tiny_data, tmp_path, clean_registry):
+    from bench import api
+    plugin = tmp_path / "plugin_dir" / "tiny_method.py"
+    plugin.parent.mkdir()
+    plugin.write_text("import dataclasses\nfrom methods.deep_ensemble import DeepEnsemble\n\n\n"
+                      "@dataclasses.dataclass(frozen=True)\nclass Tiny(DeepEnsemble):\n    name = 'tiny'\n"
+                      "    summary = 'a deep ensemble under another name'\n")
+    out = tmp_path / "out"
+    plan = api.plan(methods=["tiny"], seeds=[0], options={"members": 2}, protocol=TINY["protocol"], out=out,
+                    data_dir=tiny_data, plugins=[plugin])
+    listed = api.dry_run(plan)
+    assert listed[["role", "finished"]].values.tolist() == [["run", False]]
+    first = bench.run(["tiny"], options={"members": 2}, out=out, data_dir=tiny_data, plugins=[plugin],
+                      **{**TINY, "seeds": [0]})
+    assert first["method"].tolist() == ["tiny"] and api.dry_run(plan)["finished"].tolist() == [True]
+    stamp = next((out / "records").glob("*.json")).stat().st_mtime_ns
+    again = bench.run(["tiny"], options={"members": 2}, out=out, data_dir=tiny_data, plugins=[plugin], force=True,
+                      **{**TINY, "seeds": [0]})
+    assert next((out / "records").glob("*.json")).stat().st_mtime_ns != stamp  # force retrained
+    assert again["id_acc"].tolist() == first["id_acc"].tolist()  # and the same seed gives the same run

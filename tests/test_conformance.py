@@ -6,9 +6,12 @@ import torch
 
 from bench.conformance import check_method
 from bench.options import option, parse_int
-from methods import REGISTRY
+from methods import REGISTRY, load_entry_points
 from methods.base import Method
 from methods.deep_ensemble import DeepEnsemble
+
+
+load_entry_points()  # methods that installed packages register are checked too
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -54,8 +57,18 @@ class InfinitePenalty(DeepEnsemble):
         return torch.full_like(task_loss, float("inf"))
 
 
+@dataclasses.dataclass(frozen=True)
+class NoSamples(DeepEnsemble):
+    name = "no_samples"
+    summary = "predicts nothing"
+
+    def predict_proba(self, model, x):
+        return self.logits(model, x)[:0].softmax(-1)
+
+
 @pytest.mark.parametrize("cls, message", [
     (NotNormalised, "do not sum to 1"),
+    (NoSamples, "predict gave no samples"),
     (WrongPenalty, "penalty has shape ()"),
     (NoHelp, "no_help.members: no help text"),
     (InfinitePenalty, "penalty is not finite"),

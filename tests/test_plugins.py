@@ -100,6 +100,7 @@ def test_a_plugin_method_passes_the_conformance_checks(plugin_file):
     ("x = 1\n", "defines no method"),
     (PLUGIN.replace('"wd_ensemble"', '"dare"'), "method name 'dare' is already registered (built in)"),
     (PLUGIN.replace('"wd_ensemble"', '"my method"'), "must be a Python identifier"),
+    (PLUGIN.replace('name = "wd_ensemble"', 'name = ""'), "WeightDecayEnsemble has an empty name"),
 ])
 def test_bad_plugins_are_one_line_and_exit_2(content, message, tmp_path, capsys):
     path = tmp_path / "plugin.py"
@@ -122,3 +123,12 @@ def test_an_empty_name_is_rejected():
         pass
     with pytest.raises(ConfigError, match="has an empty name"):
         methods.register(Nameless, "test")
+
+
+def test_abbreviated_flags_are_refused_rather_than_ignored(plugin_file, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:  # --plug is not --plugin: argparse says so, exit 2
+        main(["run", "--plug", str(plugin_file), "--methods", "wd_ensemble", "--dry-run"])
+    assert info.value.code == 2 and "unrecognized arguments: --plug" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--preset"])
+    assert info.value.code == 2 and "--preset: expected one argument" in capsys.readouterr().err

@@ -72,8 +72,29 @@ def test_records_carry_the_version_and_reuse_of_another_versions_records_is_repo
     path.write_text(json.dumps(record))
     capsys.readouterr()
     assert main(args) == 0
-    assert (f"note: reusing 1 finished runs written by another dare-bench version (1 by 0.0.1; this is "
-            f"{bench.__version__}); --force redoes them") in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "note: reusing 1 finished runs written by another dare-bench version or commit (1 by 0.0.1; this is " \
+        f"{bench.__version__}" in out_text and "--force redoes them" in out_text
     assert json.loads(path.read_text())["harness_version"] == "0.0.1"  # reused, not redone
     assert main([*args, "--force"]) == 0
     assert json.loads(path.read_text())["harness_version"] == bench.__version__
+
+
+def test_records_of_another_commit_are_reported_when_both_know_their_commit(monkeypatch):
+    from bench import provenance
+    monkeypatch.setattr(provenance, "commit", lambda: "a" * 40)
+    records = [{"harness_version": bench.__version__, "harness_commit": "b" * 40},
+               {"harness_version": bench.__version__, "harness_commit": "a" * 40},
+               {"harness_version": bench.__version__, "harness_commit": None},
+               {}]
+    assert provenance.other_versions(records) == {f"{bench.__version__} at bbbbbbbb": 1, "unknown": 1}
+
+
+def test_a_presets_own_protocol_keeps_the_plain_plot_names():
+    from bench.report import protocol_groups
+    common = {"preset": "seed", "id_dataset": "mnist", "ood_sets": "fashion_mnist", "val_size": 1000,
+              "split_seed": 0, "hidden": "256-256", "epochs": 5, "batch_size": 256, "lr": 0.001,
+              "early_stop_acc": 0.97, "init": "torch", "adam_eps": 1e-8, "run_id": "a"}
+    runs = pd.DataFrame([{**common, "preprocess": "raw"}, {**common, "preprocess": "standardize", "run_id": "b"}])
+    tags = {g.runs["preprocess"].iloc[0]: g.tag for g in protocol_groups(runs)}
+    assert tags == {"raw": "", "standardize": "_seed_mnist_preprocess_standardize"}
