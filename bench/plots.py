@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -76,12 +77,12 @@ def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
               + [(f"auroc_primary_vs_{s}", f"AUROC vs {s}\n(each method's score)") for s in sets]
               + [(f"auroc_mutual_info_vs_{s}", f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
               + [("id_ece", "ID ECE (15 bins)")])
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 0.55 * len(variants) + 2.2),
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.7 * len(variants) + 2.2),
                              sharey=True)
     # seaborn jitters strip plots with numpy's global RNG: fix it so the same records give the same PNG
     rng_state = np.random.get_state()
     np.random.seed(0)
-    for ax, (col, title) in zip(axes, panels):
+    for ax, (col, panel_title) in zip(axes, panels):
         sns.stripplot(data=runs, y="variant", x=col, hue="variant", order=variants, palette=colors,
                       size=5, alpha=0.55, jitter=0.12, ax=ax, legend=False)
         sns.pointplot(data=runs, y="variant", x=col, hue="variant", order=variants, palette=colors,
@@ -89,9 +90,11 @@ def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
         lo, hi = runs[col].min(), runs[col].max()
         pad = max((hi - lo) * 0.6, 0.01)
         ax.set_xlim(max(lo - pad, 0), hi + pad)
-        ax.set_title(title)
+        ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel("")
         ax.set_ylabel("")
+    # long variants (a selection names its whole grid) wrap instead of squeezing the panels
+    axes[0].set_yticks(range(len(variants)), [textwrap.fill(v, 48) for v in variants], fontsize=8)
     np.random.set_state(rng_state)
     n = runs.groupby("variant").size()
     fig.suptitle(f"{title}\ndiamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); "
