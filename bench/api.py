@@ -117,13 +117,15 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     options: {'dare.threshold': [0.1, 0.3], 'members': 5} (a list is a grid) or ['dare.threshold=0.1,0.3'].
     select: the same for options selected on the validation split ({'mod.lam': [0, 1e-3, 1e-2]}).
     protocol: overrides of the preset's protocol values ({'epochs': 3, 'hidden': (64, 64)}).
+    plots: also write summary.md, the plots and (for a preset with compare_to) the paper table.
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
              vectorize, jobs, dask)
     runs, _ = execute(p, download, progress, force)
     if plots:
         from bench.report import write_report
-        write_report(p.store, runs, config_columns(p.store.scan()[0]), plots=True, echo=lambda _: None)
+        write_report(p.store, runs, config_columns(p.store.scan()[0]), plots=True,
+                     compare_to=p.preset_values.get("compare_to"), echo=lambda _: None)
     return runs
 
 
