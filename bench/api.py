@@ -71,7 +71,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     executor = make_executor({"jobs": jobs, "dask_address": dask})
-    store = RunStore(Path(out) if out is not None else Path(RESULTS) / name)
+    # the folder: out, else the preset's own `out`, else results/<preset name>
+    store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name))
     return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor)
 
 

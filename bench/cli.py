@@ -180,7 +180,8 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
                      f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
     run.add_argument("--no-download", action="store_true",
                      help="never download: fail at once if a dataset file is missing")
-    run.add_argument("--out", help=f"results folder (default: {RESULTS}/<preset name>)")
+    run.add_argument("--out", help=f"results folder (default: {values.get('out') or f'{RESULTS}/{name}'}, the "
+                     "preset's `out` or results/<preset name>)")
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
 

@@ -201,7 +201,7 @@ def protocol_help() -> list[tuple[str, Any, str, str]]:
     return describe(Protocol)
 
 
-PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to"}
+PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to", "out"}
 
 
 def exclusive_with(cls: type, name: str) -> set[str]:

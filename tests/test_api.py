@@ -72,3 +72,12 @@ def test_plan_dry_run_force_and_plugins(tiny_data, tmp_path, clean_registry):
                       **{**TINY, "seeds": [0]})
     assert next((out / "records").glob("*.json")).stat().st_mtime_ns != stamp  # force retrained
     assert again["id_acc"].tolist() == first["id_acc"].tolist()  # and the same seed gives the same run
+
+
+def test_a_presets_out_is_the_default_folder(tmp_path):
+    from bench import api
+    preset = tmp_path / "mine.toml"
+    preset.write_text(f'out = "{tmp_path / "here"}"\nmethods = ["deep_ensemble"]\n')
+    assert api.plan(str(preset)).store.out == tmp_path / "here"
+    assert api.plan(str(preset), out=tmp_path / "there").store.out == tmp_path / "there"
+    assert api.plan("ablate-dare").store.out.as_posix() == "results/ablation"
