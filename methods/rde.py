@@ -30,7 +30,9 @@ def repulsion(params: list[torch.Tensor]) -> torch.Tensor:
     d = (sq.unsqueeze(1) + sq.unsqueeze(0) - 2 * theta @ theta.T).clamp_min(0)  # (M, M)
     d = d.masked_fill(torch.eye(members, dtype=torch.bool, device=d.device), 0.0)  # d_ii = 0 exactly
     median = d.detach().flatten().quantile(0.5)
-    gamma = math.log(members) / median if members > 1 and median > 0 else torch.zeros(())
+    # gamma = 0 where all members coincide (median 0); a tensor where, not an if: no host sync per step
+    gamma = torch.where(median > 0, math.log(members) / median.clamp_min(torch.finfo(d.dtype).tiny),
+                        torch.zeros((), dtype=d.dtype, device=d.device))
     k = torch.exp(-gamma * d).sum(dim=1)
     return k / k.detach() / members
 
