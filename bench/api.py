@@ -72,7 +72,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     executor = make_executor({"jobs": jobs, "dask_address": dask})
     # the folder: out, else the preset's own `out`, else results/<preset name>
-    store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name))
+    store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name), create=False)
     return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor)
 
 
@@ -92,6 +92,7 @@ def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
 def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> tuple[pd.DataFrame, float]:
     """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv. Returns (this grid's runs in
     the grid's order, wall seconds). A KeyboardInterrupt leaves every finished run saved."""
+    p.store.ensure()  # an output folder that cannot be made fails before anything trains
     started = time.perf_counter()
     try:
         run_ids = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,

@@ -49,10 +49,16 @@ def _atomic_write(path: Path, write) -> None:
 
 
 class RunStore:
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, create: bool = True):
+        """``create=False``: make no folder until something is written (a dry run writes nothing)."""
         self.out = Path(out_dir)
         self.records = self.out / "records"
         self.predictions = self.out / "predictions"
+        if create:
+            self.ensure()
+
+    def ensure(self) -> None:
+        """Create the folders now: a folder that cannot be created fails before anything trains."""
         try:
             self.records.mkdir(parents=True, exist_ok=True)
             self.predictions.mkdir(parents=True, exist_ok=True)
@@ -70,6 +76,7 @@ class RunStore:
         return self.records / f"{run_id}.json"
 
     def add(self, record: dict, arrays: dict[str, np.ndarray] | None) -> None:
+        self.ensure()
         run_id = record["run_id"]
         if arrays is not None:  # scores first: a record never points at missing scores
             _atomic_write(self.predictions / f"{run_id}.npz", lambda f: np.savez_compressed(f, **arrays))
@@ -128,6 +135,7 @@ class RunStore:
     def add_selection(self, selection_id: str, candidate_ids: list[str]) -> None:
         """Note, before its walk trains anything, which runs are a selection's candidates, so that
         the tables know them as candidates even while the walk is unfinished."""
+        self.ensure()
         folder = self.out / "selections"
         folder.mkdir(exist_ok=True)
         blob = json.dumps({"selection": selection_id, "candidates": candidate_ids}).encode()
@@ -147,6 +155,7 @@ class RunStore:
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
         """runs.csv and summary.csv from every record. Returns (runs, summary, config columns, problems)."""
+        self.ensure()
         records, problems = self.scan()
         runs = records_frame(records, self.candidates())
         keys = config_columns(records)
@@ -175,7 +184,8 @@ def config_columns(records: list[dict]) -> list[str]:
 def metric_columns(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """Numeric result columns: everything numeric that is not config or execution detail."""
     return [c for c in runs.columns if c not in keys and c not in NOT_METRICS
-            and pd.api.types.is_numeric_dtype(runs[c]) and not pd.api.types.is_bool_dtype(runs[c])]
+            and pd.api.types.is_numeric_dtype(runs[c]) and not pd.api.types.is_bool_dtype(runs[c])
+            and runs[c].notna().any()]  # an all-empty column (harness_commit outside git) is no metric
 
 
 def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -189,12 +199,15 @@ def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     metrics = metric_columns(runs, keys)
     ok = runs["status"] == "ok"
     masked = runs[keys].assign(_ok=ok, _status=runs["status"], _seed=runs["seed"].where(ok),
+                               _candidate_of=runs["candidate_of"].fillna("") if "candidate_of" in runs else "",
                                **{m: runs[m].where(ok) for m in metrics})
     grouped = masked.groupby(keys, dropna=False, sort=False)
     out = grouped["_ok"].agg(n="sum")
     out["n_diverged"] = grouped["_status"].agg(lambda s: int((s == "diverged").sum()))
     out["n_error"] = grouped["_status"].agg(lambda s: int((s == "error").sum()))
     out["seeds"] = grouped["_seed"].agg(lambda s: " ".join(str(int(v)) for v in sorted(s.dropna())))
+    if "candidate_of" in runs:  # a selection's candidates are rows too: say whose
+        out["candidate_of"] = grouped["_candidate_of"].agg(lambda s: " ".join(dict.fromkeys(" ".join(s).split())))
     if "selected" in runs:  # selections: the value chosen at each seed, in seed order
         chosen = masked.assign(_selected=runs["selected"].where(ok)).sort_values("_seed", kind="stable")
         out["selected"] = chosen.groupby(keys, dropna=False, sort=False)["_selected"].agg(

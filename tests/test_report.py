@@ -98,3 +98,16 @@ def test_a_presets_own_protocol_keeps_the_plain_plot_names():
     runs = pd.DataFrame([{**common, "preprocess": "raw"}, {**common, "preprocess": "standardize", "run_id": "b"}])
     tags = {g.runs["preprocess"].iloc[0]: g.tag for g in protocol_groups(runs)}
     assert tags == {"raw": "", "standardize": "_seed_mnist_preprocess_standardize"}
+
+
+def test_a_dry_run_writes_nothing_and_an_empty_column_is_no_metric(tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--val-size", "50", "--dry-run", *TINY]) == 0
+    assert not out.exists()
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--val-size", "50", "--no-plots",
+                 "--select", "deep_ensemble.members=1,2", *TINY[:8], "--no-download", "-q"]) == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert not any(c.startswith(("harness_commit_", "harness_version_")) for c in summary.columns)
+    candidates = summary[summary["candidate_of"].fillna("") != ""]
+    (selection,) = [p.stem for p in (out / "records").glob("sel-*.json")]
+    assert len(candidates) >= 1 and set(candidates["candidate_of"]) == {selection}
