@@ -36,9 +36,12 @@ def reference(tiny_data, tmp_path_factory):
 
 
 def start_grid(tiny_data, out):
+    # SIGINT's default action in the child: a test run launched in the background (nohup ... &)
+    # would otherwise hand it an ignored SIGINT, and Python then never raises KeyboardInterrupt
     return subprocess.Popen([sys.executable, "-m", "bench", "run", "--data-dir", str(tiny_data),
                              "--out", str(out), "-q", *GRID], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_records(out: Path, n: int, proc, timeout=120):
