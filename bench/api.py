@@ -89,9 +89,17 @@ def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> tuple[pd.DataFrame, float]:
-    """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv. Returns (this grid's runs in
-    the grid's order, wall seconds). A KeyboardInterrupt leaves every finished run saved."""
+@dataclasses.dataclass
+class Executed:
+    runs: pd.DataFrame    # this grid's runs, in the grid's order
+    wall: float           # seconds
+    keys: list[str]       # the folder's config columns (summary group keys)
+    problems: list[str]   # one line per corrupt record in the folder
+
+
+def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> Executed:
+    """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv once. A KeyboardInterrupt
+    leaves every finished run saved."""
     p.store.ensure()  # an output folder that cannot be made fails before anything trains
     started = time.perf_counter()
     try:
@@ -101,11 +109,11 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         p.store.write_tables()
         raise
     wall = time.perf_counter() - started
-    runs, _, _, _ = p.store.write_tables()
+    runs, _, keys, problems = p.store.write_tables()
     if len(runs):  # methods as given, then options, seeds
         order = {run_id: i for i, run_id in enumerate(run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-    return runs.reset_index(drop=True), wall
+    return Executed(runs.reset_index(drop=True), wall, keys, problems)
 
 
 def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[int] | None = None,
@@ -123,41 +131,39 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
              vectorize, jobs, dask)
-    runs, _ = execute(p, download, progress, force)
+    done = execute(p, download, progress, force)
     if plots:
         from bench.report import write_report
-        write_report(p.store, runs, config_columns(p.store.scan()[0]), plots=True,
-                     compare_to=p.preset_values.get("compare_to"), echo=lambda _: None)
-    return runs
+        write_report(p.store, done.runs, done.keys, plots=True, compare_to=p.preset_values.get("compare_to"),
+                     echo=lambda _: None)
+    return done.runs
 
 
-def _records(out: str | Path) -> tuple[list[dict], dict[str, list[str]]]:
+def _read(out: str | Path, candidates: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """(runs, config columns) of a results folder, from one scan of its records."""
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
-    return records, store.candidates()
+    runs = records_frame(records, store.candidates())
+    if not candidates and "candidate_of" in runs:
+        runs = runs[runs["candidate_of"] == ""].reset_index(drop=True)
+    return runs, config_columns(records)
 
 
 def load(out: str | Path, candidates: bool = False) -> pd.DataFrame:
     """Every finished run in a results folder, one row each (what runs.csv holds). A selection's
     candidate runs are left out unless ``candidates``: the selection's own row stands for them."""
-    records, cands = _records(out)
-    runs = records_frame(records, cands)
-    if not candidates and "candidate_of" in runs:
-        runs = runs[runs["candidate_of"] == ""].reset_index(drop=True)
-    return runs
+    return _read(out, candidates)[0]
 
 
 def summary(out: str | Path) -> pd.DataFrame:
     """Mean, std and n over seeds per config (what summary.csv holds), candidates left out."""
-    records, _ = _records(out)
-    return summarize(load(out), config_columns(records))
+    return summarize(*_read(out))
 
 
 def ablation_table(out: str | Path) -> pd.DataFrame:
     """The long ablation table of a results folder (see ``bench.ablation``)."""
     from bench import ablation
-    records, _ = _records(out)
-    return ablation.ablation_table(load(out), config_columns(records))
+    return ablation.ablation_table(*_read(out))
 
 
-__all__ = ["run", "load", "summary", "ablation_table", "plan", "execute", "dry_run", "BenchError"]
+__all__ = ["run", "load", "summary", "ablation_table", "plan", "execute", "dry_run", "Executed", "BenchError"]

@@ -50,32 +50,32 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     parents = [plugin_parent()]
 
-    run = sub.add_parser("run", allow_abbrev=False, help="train and evaluate a grid of methods x options x seeds",
-                         formatter_class=HelpFormatter, parents=parents,
-                         description="Train and evaluate every (method, option combination, seed). "
-                         "Values not given come from the preset. Each finished run is saved at once as "
-                         "OUT/records/<run_id>.json; re-running the same command skips finished runs, so an "
-                         "interrupted grid resumes (and a folder of committed records is only re-rendered: "
-                         "--force retrains). Tables (OUT/runs.csv, OUT/summary.csv) and PNG plots are "
-                         "rebuilt from the records.")
-    add_run_arguments(run, preset or "seed")
+    def command(name: str, **kw) -> argparse.ArgumentParser:  # every command: no abbreviations, --plugin
+        return sub.add_parser(name, allow_abbrev=False, formatter_class=HelpFormatter, parents=parents, **kw)
 
-    ablate = sub.add_parser("ablate", allow_abbrev=False, help="run an ablation grid and plot each metric against the varying options",
-                            formatter_class=HelpFormatter, parents=parents,
-                            description="Exactly `run` (same options, store and resume), then the ablation: "
-                            "every method option with more than one value in the grid is an axis. Writes "
-                            "OUT/ablation.csv (mean, sd, n over seeds per value and metric) and, unless --no-plots, "
-                            "OUT/ablation_<option>.png (each metric against the option, ± sd bands; methods "
-                            "that do not vary it drawn as dashed levels) and OUT/ablation_epochs.png (mean "
-                            "|theta| and train loss over epochs). Default preset: ablate-dare (DARE's "
-                            "threshold x members 1-10 under the seed protocol, with the deep ensemble at the "
-                            "same member counts); ablate-dare-paper varies delta under the paper protocol.")
-    add_run_arguments(ablate, preset or ABLATE_PRESET)
+    # run and ablate take the same grid options; ablate's default preset is its own
+    for name, default_preset, help_text, description in (
+            ("run", "seed", "train and evaluate a grid of methods x options x seeds",
+             "Train and evaluate every (method, option combination, seed). "
+             "Values not given come from the preset. Each finished run is saved at once as "
+             "OUT/records/<run_id>.json; re-running the same command skips finished runs, so an "
+             "interrupted grid resumes (and a folder of committed records is only re-rendered: "
+             "--force retrains). Tables (OUT/runs.csv, OUT/summary.csv) and PNG plots are "
+             "rebuilt from the records."),
+            ("ablate", ABLATE_PRESET, "run an ablation grid and plot each metric against the varying options",
+             "Exactly `run` (same options, store and resume), then the ablation: "
+             "every method option with more than one value in the grid is an axis. Writes "
+             "OUT/ablation.csv (mean, sd, n over seeds per value and metric) and, unless --no-plots, "
+             "OUT/ablation_<option>.png (each metric against the option, ± sd bands; methods "
+             "that do not vary it drawn as dashed levels) and OUT/ablation_epochs.png (mean "
+             "|theta| and train loss over epochs). Default preset: ablate-dare (DARE's "
+             "threshold x members 1-10 under the seed protocol, with the deep ensemble at the "
+             "same member counts); ablate-dare-paper varies delta under the paper protocol.")):
+        add_run_arguments(command(name, help=help_text, description=description), preset or default_preset)
 
-    sub.add_parser("list", allow_abbrev=False, help="list registered methods with their options, and the presets", parents=parents)
+    command("list", help="list registered methods with their options, and the presets")
 
-    perf = sub.add_parser("perf", allow_abbrev=False, help="time the training loop against the seed-style loop and the matmul peak",
-                          formatter_class=HelpFormatter, parents=parents,
+    perf = command("perf", help="time the training loop against the seed-style loop and the matmul peak",
                           description="Train the same deep ensemble (no early stop) with (a) the seed "
                           "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
                           "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
@@ -95,16 +95,14 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     perf.add_argument("--data-dir", help=f"dataset folder; default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR}")
     perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
 
-    report = sub.add_parser("report", allow_abbrev=False, help="rebuild the CSV tables (and plots) from the records in OUT",
-                            formatter_class=HelpFormatter, parents=parents,
+    report = command("report", help="rebuild the CSV tables (and plots) from the records in OUT",
                             description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
                             "OUT/records. Runs of different protocols get their own section and plots.")
     report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
     report.add_argument("--no-plots", action="store_true", help="write only the tables")
 
     from bench.paper import available_tables
-    paper = sub.add_parser("paper-table", allow_abbrev=False, help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
-                           formatter_class=HelpFormatter, parents=parents,
+    paper = command("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
                            description="Rows: the configs in OUT whose in-distribution set matches, matched to "
                            "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
                            "accuracy and AUROC per OOD set (each row's own score) as mean ± std (n), beside the "
@@ -215,16 +213,16 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
 def execute_and_report(plan: api.Plan, args: argparse.Namespace):
     """Train (or reuse) the plan's runs, then the summary, plots and paper table. Returns the runs."""
     try:
-        runs, wall = api.execute(plan, download=not args.no_download, progress=not args.quiet, force=args.force)
+        done = api.execute(plan, download=not args.no_download, progress=not args.quiet, force=args.force)
     except KeyboardInterrupt:
         print(f"\ninterrupted: every finished run is saved in {plan.store.records}; run the same command "
               "again to resume", file=sys.stderr)
         raise
-    _, _, keys, problems = plan.store.write_tables()
-    warn(problems)
-    write_report(plan.store, runs, keys, plots=not args.no_plots, compare_to=plan.preset_values.get("compare_to"))
-    print(f"{len(runs)} runs in the grid, {wall:.0f} s wall time; tables in {plan.store.out}")
-    return runs, keys
+    warn(done.problems)
+    write_report(plan.store, done.runs, done.keys, plots=not args.no_plots,
+                 compare_to=plan.preset_values.get("compare_to"))
+    print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
+    return done.runs, done.keys
 
 
 def cmd_run(args: argparse.Namespace) -> int:

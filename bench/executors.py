@@ -139,7 +139,7 @@ def run_grid(configs: list, data_dir: Path, store: RunStore, executor: Executor 
         log(f"warning: {problem}")
     if not force:
         from bench.provenance import commit, other_versions, version
-        older = other_versions([store.load(i) for i in sorted(finished)])
+        older = other_versions(list(finished.values()))
         if older:
             log(f"note: reusing {sum(older.values())} finished runs written by another dare-bench version or commit ("
                 + ", ".join(f"{n} by {v}" for v, n in older.items()) + f"; this is {version()}"

@@ -105,13 +105,12 @@ class RunStore:
                 raise CorruptRecord(f"its scores {scores} are missing or unreadable")
         return record
 
-    def check(self, run_ids: list[str]) -> tuple[set[str], list[str]]:
-        """(run ids with a complete record, one problem line per corrupt record)."""
-        finished, problems = set(), []
+    def check(self, run_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
+        """({run id: its complete record}, one problem line per corrupt record)."""
+        finished, problems = {}, []
         for run_id in run_ids:
             try:
-                self.load(run_id)
-                finished.add(run_id)
+                finished[run_id] = self.load(run_id)
             except FileNotFoundError:
                 pass
             except CorruptRecord as exc:

@@ -88,13 +88,19 @@ def validation_loss(method: Method, model: StackedMLP, val: tuple[torch.Tensor, 
     return method.task_loss(logits, y.expand(logits.shape[0], -1))
 
 
+def has_member_axis(p: torch.Tensor, members: int) -> bool:
+    """Whether ``p`` is stacked on a leading member axis; any other parameter (a shared weight, as in
+    BatchEnsemble) belongs to every member."""
+    return p.dim() >= 1 and p.shape[0] == members
+
+
 @torch.no_grad()
 def finite_members(params: list[torch.Tensor], members: int) -> torch.Tensor:
     """(M,) bool: every parameter of the member is finite. A parameter without a member axis (shared)
     counts for every member."""
     ok = torch.ones(members, dtype=torch.bool, device=params[0].device)
     for p in params:
-        if p.dim() >= 1 and p.shape[0] == members:
+        if has_member_axis(p, members):
             ok &= torch.isfinite(p).reshape(members, -1).all(dim=1)
         else:
             ok &= bool(torch.isfinite(p).all())
@@ -110,7 +116,7 @@ def member_abs_mean(model: torch.nn.Module) -> torch.Tensor:
     total = torch.zeros(members, device=next(model.parameters()).device)
     count = 0
     for p in model.parameters():
-        if p.dim() >= 1 and p.shape[0] == members:
+        if has_member_axis(p, members):
             total += p.abs().reshape(members, -1).sum(dim=1)
             count += p[0].numel()
         else:
