@@ -34,11 +34,24 @@ def option_columns(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     return [k for k in keys if k in runs.columns and k not in NOT_OPTIONS]
 
 
-def axes_of(runs: pd.DataFrame, keys: list[str]) -> list[str]:
-    """Options with more than one value among some method's runs."""
+def varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The columns with more than one value among some method's rows: the one rule for an axis."""
     # dropna=False: none is a value of its own (e.g. threshold=none,0.3 with delta set)
-    return [c for c in option_columns(runs, keys)
-            if runs.groupby("method")[c].nunique(dropna=False).max() > 1]
+    return [c for c in columns if frame.groupby("method")[c].nunique(dropna=False).max() > 1]
+
+
+def axes_of(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The axes among finished runs."""
+    return varying(runs, option_columns(runs, keys))
+
+
+def config_axes(configs: list) -> list[str]:
+    """The axes of a planned grid, before anything trains (a selection's walked option is not one)."""
+    rows = [{"method": c.method, **{name: repr(value) for name, value in
+                                     getattr(c, "method_options", getattr(c, "fixed", {})).items()}}
+            for c in configs]
+    frame = pd.DataFrame(rows)
+    return varying(frame, [c for c in frame.columns if c != "method"]) if rows else []
 
 
 def _with_primary_auroc(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:

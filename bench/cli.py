@@ -76,10 +76,10 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     command("list", help="list registered methods with their options, and the presets")
 
     perf = command("perf", help="time the training loop against the seed-style loop and the matmul peak",
-                          description="Train the same deep ensemble (no early stop) with (a) the seed "
-                          "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
-                          "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
-                          "Writes OUT/perf.csv. Compare the ratios within one run: timings are noisy.")
+                   description="Train the same deep ensemble (no early stop) with (a) the seed "
+                   "example's DataLoader+ToTensor loop, members one after another, (b) this harness's "
+                   "loop, and (d) torch-uncertainty when installed; measure (c) the fp32 matmul peak. "
+                   "Writes OUT/perf.csv. Compare the ratios within one run: timings are noisy.")
     perf.add_argument("--preset", help="take the work's shape from this preset (e.g. paper-fmnist): its MLP, "
                       "batch size, dataset and deep-ensemble member count; the flags below override it. The timed "
                       "loop is always CE on [0,1] pixels with torch init: these do not change the cost")
@@ -96,18 +96,18 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
 
     report = command("report", help="rebuild the CSV tables (and plots) from the records in OUT",
-                            description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
-                            "OUT/records. Runs of different protocols get their own section and plots.")
+                     description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
+                     "OUT/records. Runs of different protocols get their own section and plots.")
     report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
     report.add_argument("--no-plots", action="store_true", help="write only the tables")
 
     from bench.paper import available_tables
     paper = command("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
-                           description="Rows: the configs in OUT whose in-distribution set matches, matched to "
-                           "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
-                           "accuracy and AUROC per OOD set (each row's own score) as mean ± std (n), beside the "
-                           "published mean ± std and the difference in published stds. Writes "
-                           "OUT/paper_table.csv, .md and .png.")
+                    description="Rows: the configs in OUT whose in-distribution set matches, matched to "
+                    "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
+                    "accuracy and AUROC per OOD set (each row's own score) as mean ± std (n), beside the "
+                    "published mean ± std and the difference in published stds. Writes "
+                    "OUT/paper_table.csv, .md and .png.")
     paper.add_argument("--out", default=f"{RESULTS}/paper-fmnist", help="results folder to read and write")
     paper.add_argument("--published", default="dare_table3",
                        help=f"published table: a name ({', '.join(available_tables())}) or a CSV path")
@@ -238,9 +238,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from bench.ablation import write_ablation
+    from bench.ablation import config_axes, write_ablation
     plan = plan_from(args)
-    varying = ablation_axes(plan.configs)
+    varying = config_axes(plan.configs)
     if not varying:
         raise ConfigError("nothing to ablate: no method option takes more than one value in this grid "
                           "(give a list, e.g. -o dare.threshold=0.1,0.3 -o members=1,3,5)")
@@ -256,15 +256,6 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     for path in write_ablation(plan.store.out, runs, keys, histories, plots=not args.no_plots):
         print(f"wrote {path}")
     return 0
-
-
-def ablation_axes(configs: list) -> list[str]:
-    """Options that take more than one value among one method's configs in the grid."""
-    values: dict[tuple[str, str], set] = {}
-    for config in configs:
-        for name, value in getattr(config, "method_options", getattr(config, "fixed", {})).items():
-            values.setdefault((config.method, name), set()).add(repr(value))
-    return list(dict.fromkeys(name for (_, name), seen in values.items() if len(seen) > 1))
 
 
 def warn(problems: list[str]) -> None:

@@ -6,7 +6,9 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.ablation import ablation_table, axes_of
+from types import SimpleNamespace
+
+from bench.ablation import ablation_table, axes_of, config_axes
 from bench.cli import main
 from bench.models import StackedMLP
 from bench.train import member_abs_mean
@@ -35,6 +37,18 @@ def test_axes_are_the_options_that_vary_within_a_method():
     assert axes_of(runs, KEYS) == ["threshold"]  # members is 1 everywhere; epochs is protocol
     runs.loc[0, "members"] = 3
     assert axes_of(runs, KEYS) == ["members", "threshold"]
+
+
+def test_a_planned_grid_has_the_axes_its_runs_will_have():
+    def config(method, **options):
+        return SimpleNamespace(method=method, method_options=options)
+    grid = [config("dare", members=m, threshold=t) for m in (1, 3) for t in (None, 0.3)]
+    grid += [config("deep_ensemble", members=1)]
+    assert config_axes(grid) == ["members", "threshold"]  # None counts as a value
+    assert config_axes([config("dare", members=1, threshold=0.3), config("deep_ensemble", members=3)]) == []
+    # a selection's walked option is not in its fixed options, so it is no axis
+    assert config_axes([SimpleNamespace(method="mod", fixed={"members": 5})]) == []
+    assert config_axes([]) == []
 
 
 def test_none_is_a_value_of_its_own_on_an_axis():
