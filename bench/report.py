@@ -156,11 +156,20 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     return files
 
 
+def skipped_sets(runs: pd.DataFrame) -> list[str]:
+    """One "set: why" note per OOD set some run skipped (runs made with and without a download
+    attempt word the reason differently: the fuller one is kept)."""
+    reasons: dict[str, str] = {}
+    for cell in runs.get("ood_skipped", pd.Series(dtype=object)).dropna():
+        for note in filter(None, str(cell).split("; ")):
+            name = note.split(":", 1)[0]
+            reasons[name] = max(reasons.get(name, ""), note, key=len)
+    return [reasons[name] for name in sorted(reasons)]
+
+
 def paper_table(store, runs, summary, published: str, in_distribution: str | None = None, echo=print) -> list:
     """Write and print the runs beside a published table (see bench.paper)."""
     from bench.paper import format_markdown, write_paper_table
-    skipped = sorted({s for v in runs.get("ood_skipped", pd.Series(dtype=object)).dropna()
-                      for s in str(v).split("; ") if s})
-    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped)
+    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs))
     echo(format_markdown(table))
     return files

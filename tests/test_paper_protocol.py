@@ -372,3 +372,11 @@ def test_figure_rows_that_share_a_label_are_told_apart_by_what_differs():
                          ["deep_ensemble(checkpoint=best, members=5) preprocess=raw",
                           "deep_ensemble(checkpoint=none, members=5) preprocess=raw", "dare(delta=0.25)"])
     assert names == ["DE (NLL)\ncheckpoint=best", "DE (NLL)\ncheckpoint=none", "DARE"]
+
+
+def test_each_skipped_ood_set_gets_one_note_in_the_paper_table():
+    from bench.report import skipped_sets
+    runs = pd.DataFrame({"ood_skipped": ["cifar10_gray28: x not found", "cifar10_gray28: x not found and download failed",
+                                         np.nan, "", "svhn: y not found; cifar10_gray28: x not found"]})
+    assert skipped_sets(runs) == ["cifar10_gray28: x not found and download failed", "svhn: y not found"]
+    assert skipped_sets(pd.DataFrame({"id_acc": [0.9]})) == []
