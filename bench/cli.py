@@ -149,7 +149,9 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
                      "per seed, train the values in the given order, score each by the validation NLL of the "
                      "member-averaged softmax, stop at the first that scores worse than the best so far, and "
                      "report the best (every candidate is recorded). Repeatable; several names make a product "
-                     "grid walked in the given order. A preset's [select.METHOD] table does the same")
+                     "grid walked in the given order; METHOD.early_break=false (or =NAME=VALUE: break only "
+                     "where NAME has VALUE, e.g. anchor_net.early_break=sigma=10) limits the stop. A preset's "
+                     "[select.METHOD] table does the same")
     group = run.add_argument_group(f"protocol (override the preset; every value is recorded in each row; "
                                    f"defaults: preset {name})")
     for option_name, default, allowed, help_text in protocol_help():

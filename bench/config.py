@@ -211,13 +211,29 @@ def exclusive_with(cls: type, name: str) -> set[str]:
     return out | {f.name for f in fields.values() if name in f.metadata.get("excludes", ())}
 
 
-def parse_option_assignment(text: str) -> tuple[str | None, str, list[str]]:
+def parse_option_assignment(text: str, flag: str = "--option") -> tuple[str | None, str, list[str]]:
     """'dare.threshold=0.1,0.3' -> ('dare', 'threshold', ['0.1', '0.3']); 'members=5' -> (None, ...)."""
     key, sep, values = text.partition("=")
     if not sep or not key.strip() or not values.strip():
-        raise ConfigError(f"--option {text!r}: expected METHOD.NAME=VALUE[,VALUE...] or NAME=VALUE[,VALUE...]")
+        expected = "METHOD.NAME=VALUE[,VALUE...]" + (" or NAME=VALUE[,VALUE...]" if flag == "--option" else "")
+        raise ConfigError(f"{flag} {text!r}: expected {expected}")
     method, dot, name = key.strip().rpartition(".")
     return (method if dot else None), name, [v.strip() for v in values.split(",")]
+
+
+def parse_early_break_assignment(text: str, values: list[str]) -> bool | dict[str, str]:
+    """--select METHOD.early_break=true|false|NAME=VALUE[,NAME=VALUE]: the same choices as a
+    preset's early_break (a bool, or the option values where the break applies)."""
+    if len(values) == 1 and "=" not in values[0]:
+        try:
+            return parse_bool(values[0])
+        except ValueError:
+            pass
+    pairs = [v.partition("=") for v in values]
+    if not all(sep and k.strip() and v.strip() for k, sep, v in pairs):
+        raise ConfigError(f"--select {text!r}: early_break takes true, false or NAME=VALUE[,NAME=VALUE...] "
+                          "(e.g. anchor_net.early_break=sigma=10)")
+    return {k.strip(): v.strip() for k, _, v in pairs}
 
 
 def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] | None,
@@ -226,7 +242,7 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
     """Every (method, option combination, seed) run, validated before anything trains. A method
     with a selection spec (a preset's [select.METHOD] table, or --select METHOD.NAME=V,...) gives
     one ``bench.select.Selection`` per remaining option combination and seed instead."""
-    from bench.select import Selection, parse_select_spec
+    from bench.select import Selection, parse_select_spec, same_value
 
     unknown = sorted(set(preset_values) - PRESET_KEYS)
     if unknown:
@@ -267,7 +283,7 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
     specs = {m: spec for m, spec in specs.items() if set(spec) - {"early_break"}}
     cli_selected: dict[str, set[str]] = {}
     for text in select_assignments:
-        target, name, values = parse_option_assignment(text)
+        target, name, values = parse_option_assignment(text, "--select")
         if not target:
             raise ConfigError(f"--select {text!r}: expected METHOD.NAME=VALUE[,VALUE...]")
         if target not in classes:
@@ -275,7 +291,10 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
             raise ConfigError(f"--select {text!r}: method '{target}' is not among the selected methods")
         if target not in cli_selected:  # --select replaces a preset's select table for that method
             specs[target], cli_selected[target] = {"early_break": True}, set()
-        specs[target][name] = values
+        if name in cli_selected[target]:
+            raise ConfigError(f"--select {text!r}: {target}.{name} is given twice; give its values once, "
+                              "comma-separated")
+        specs[target][name] = parse_early_break_assignment(text, values) if name == "early_break" else values
         cli_selected[target].add(name)
         for other in exclusive_with(classes[target], name) - given[target]:  # as with -o
             grids[target].pop(other, None)
@@ -292,6 +311,9 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
             except (ValueError, TypeError):
                 raise ConfigError(f"select {m}: {name}={list(values)} is not valid; allowed: "
                                   f"{fields[name].metadata['allowed']}") from None
+            repeated = [v for i, v in enumerate(parsed[-1][1]) if any(same_value(v, w) for w in parsed[-1][1][:i])]
+            if repeated:  # two candidates with one run id: the walk would score one run twice
+                raise ConfigError(f"select {m}: the grid of '{name}' lists {repeated[0]!r} twice")
         selects[m] = (tuple(parsed), early)
     configs: list = []
     for m in classes:

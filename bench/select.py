@@ -44,13 +44,13 @@ class Selection:
     def __post_init__(self):
         if isinstance(self.early_break, dict):  # the grid's own value: {sigma = 10} and {sigma = 10.0} agree
             grid = dict(self.grid)
-            object.__setattr__(self, "early_break", {k: next((g for g in grid.get(k, ()) if _same(g, v)), v)
+            object.__setattr__(self, "early_break", {k: next((g for g in grid.get(k, ()) if same_value(g, v)), v)
                                                      for k, v in self.early_break.items()})
 
     def breaks_at(self, config: RunConfig) -> bool:
         """Whether the early break applies at this candidate."""
         if isinstance(self.early_break, dict):
-            return all(_same(config.method_options.get(k), v) for k, v in self.early_break.items())
+            return all(same_value(config.method_options.get(k), v) for k, v in self.early_break.items())
         return bool(self.early_break)
 
     @property
@@ -86,7 +86,7 @@ class Selection:
         return {}
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     try:
         return math.isclose(float(a), float(b))
     except (TypeError, ValueError):
@@ -122,7 +122,7 @@ def parse_select_spec(method: str, values: dict[str, Any], what: str,
         for name, value in early.items():
             if name in fixed:
                 continue
-            if not any(_same(value, v) for v in dict(grid)[name]):
+            if not any(same_value(value, v) for v in dict(grid)[name]):
                 raise ConfigError(f"{what}: early_break {name}={value!r} is not among the grid's values "
                                   f"{list(dict(grid)[name])}")
     return tuple(grid), early
@@ -150,7 +150,8 @@ class Walk:
         ok = isinstance(score, (int, float)) and math.isfinite(score)
         self.scores.append({"run_id": config.run_id, **{n: config.method_options[n] for n, _ in self.selection.grid},
                             "status": record.get("status"), SCORE: score if ok else None})
-        if ok and (self.best is None or score < self.scores[self.best][SCORE]):
+        # a tie goes to the later value and the walk goes on, as in the paper's code (score <= best)
+        if ok and (self.best is None or score <= self.scores[self.best][SCORE]):
             self.best = len(self.scores) - 1
         elif self.best is not None and self.selection.breaks_at(config) and (not ok or score > self.scores[self.best][SCORE]):
             self.stopped = f"early break at candidate {len(self.scores)}: worse than the best so far"

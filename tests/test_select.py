@@ -31,8 +31,8 @@ def test_the_walk_stops_at_the_first_value_worse_than_the_best_so_far():
     assert "early break at candidate 3" in walk.stopped
     full = walk_of([0.50, 0.40, 0.30, 0.20])
     assert full.best == 3 and full.stopped == "walked the whole grid"
-    tie = walk_of([0.5, 0.5, 0.4, 0.6])  # a tie is not worse: the walk goes on
-    assert len(tie.scores) == 4 and tie.best == 2
+    tie = walk_of([0.5, 0.4, 0.4, 0.6])  # a tie is not worse: the walk goes on, and the later value
+    assert len(tie.scores) == 4 and tie.best == 2  # wins it, as in the paper's code (score <= best)
 
 
 def test_the_choice_uses_validation_nll_never_test_metrics():
@@ -75,7 +75,7 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
     assert len(selections) == 2 and all(r["status"] == "ok" for r in selections)
     for sel in selections:
         scores = [c["val_nll_nats"] for c in sel["candidates"]]
-        best = min(range(len(scores)), key=scores.__getitem__)
+        best = max(i for i, score in enumerate(scores) if score == min(scores))  # a tie goes to the later
         assert sel["selected"] == f"lam={sel['candidates'][best]['lam']}"
         assert sel["selected_run_id"] == sel["candidates"][best]["run_id"]
         chosen = next(r for r in records if r["run_id"] == sel["selected_run_id"])
@@ -100,7 +100,15 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--methods", "mod", "--select", "mod.lam="], "expected METHOD.NAME=VALUE"),
+    (["--methods", "mod", "--select", "mod.lam="], "--select 'mod.lam=': expected METHOD.NAME=VALUE[,VALUE...]\n"),
+    (["--methods", "mod", "--select", "mod.lam=1", "--select", "mod.lam=2"],
+     "--select 'mod.lam=2': mod.lam is given twice; give its values once, comma-separated"),
+    (["--methods", "mod", "--select", "mod.lam=1e-3,0.1,0.001"], "select mod: the grid of 'lam' lists 0.001 twice"),
+    (["--methods", "anchor_net", "--select", "anchor_net.lam=1,2", "--select", "anchor_net.early_break=maybe"],
+     "early_break takes true, false or NAME=VALUE[,NAME=VALUE...]"),
+    (["--methods", "anchor_net", "--select", "anchor_net.lam=1,2", "--select", "anchor_net.early_break=sigma="],
+     "early_break takes true, false or NAME=VALUE[,NAME=VALUE...]"),
+    (["--methods", "anchor_net", "--select", "anchor_net.early_break=false"], "select anchor_net: no option to select over"),
     (["--methods", "mod", "--select", "lam=1,2"], "--select 'lam=1,2': expected METHOD.NAME=VALUE"),
     (["--methods", "mod", "--select", "negcorr.lam=1,2"], "method 'negcorr' is not among the selected methods"),
     (["--methods", "mod", "--select", "mod.sigma=1,2"], "select mod: unknown option 'sigma'"),
@@ -180,6 +188,17 @@ def test_an_interrupted_walk_resumes_without_retraining(tiny_data, tmp_path, mon
     assert trained == [] and len(json.loads(next(out.glob("records/sel-*.json")).read_text())["candidates"]) == walked
     assert main([*args, "--force"]) == 0
     assert len(trained) == walked and len(set(trained)) == walked  # --force: each candidate once
+
+
+def test_the_early_break_can_be_given_on_the_command_line_as_in_a_preset():
+    from bench.config import load_preset
+    name, values = load_preset("paper-fmnist")  # anchor_net: sigma x lam, early_break = {sigma = 10}
+    from_preset = expand_grid(name, values, ["anchor_net"], [0], {}, [])[0]
+    from_flags = expand_grid(name, values, ["anchor_net"], [0], {}, [], [
+        "anchor_net.early_break=sigma=10", "anchor_net.sigma=0.1,1,10", "anchor_net.lam=0.1,1,10"])[0]
+    assert from_flags.run_id == from_preset.run_id and from_flags.early_break == {"sigma": 10.0}
+    never = expand_grid(name, values, ["anchor_net"], [0], {}, [], ["anchor_net.lam=1,2", "anchor_net.early_break=no"])[0]
+    assert never.early_break is False and not any(never.breaks_at(c) for c in never.candidates())
 
 
 def test_fixing_an_early_break_option_with_o_keeps_the_break_where_the_value_matches():
