@@ -53,14 +53,19 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
     summary = summary[summary["id_dataset"] == in_distribution]
     order = list(dict.fromkeys(published["method"]))
     rank = {label: i for i, label in enumerate(order)}
-    summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))))
-    summary = summary.sort_values("_rank", kind="stable").reset_index(drop=True)
-    # configs that share a variant differ in a protocol value: name it, so rows stay apart
+    # a protocol value that not every config shares (a check run, e.g. preprocess=raw) is named in
+    # the variant, and such rows come after the rows of the folder's main protocol (the most common)
     protocol = [f.name for f in dataclasses.fields(Protocol) if f.name in summary]
-    varying = [c for c in protocol if summary[c].astype(str).nunique() > 1]
+    main = {c: _unique_mode(summary[c].astype(str)) for c in protocol if summary[c].astype(str).nunique() > 1}
+    off_main = summary.apply(lambda r: [f"{c}={r[c]}" for c in main if str(r[c]) != main[c]], axis=1)
+    summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))),
+                             _off=off_main.map(len), _suffix=off_main.map(lambda v: "".join(f" {t}" for t in v)))
+    summary = summary.sort_values(["_off", "_rank"], kind="stable").reset_index(drop=True)
     rows = []
     for config, row in summary.iterrows():
-        name = row["variant"] + "".join(f" {c}={row[c]}" for c in varying)
+        name = row["variant"] + row["_suffix"]
+        selected = row.get("selected")
+        selected = _selected(selected) if isinstance(selected, str) and selected else ""
         for title, ood_set in _quantities(summary, published):
             if ood_set is None:
                 column, metric, score = "id_acc", "accuracy_pct", ""
@@ -76,7 +81,8 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
             h_mean, h_std = 100 * float(mean), 100 * float(std)
             n = row.get(f"{column}_n", row["n"])
             rows.append({
-                "config": config, "label": row["label"], "variant": name, "preset": row.get("preset", ""),
+                "config": config, "label": row["label"], "variant": name, "selected": selected,
+                "preset": row.get("preset", ""),
                 "quantity": title, "ood_set": ood_set or "", "score": score,
                 "harness_mean": h_mean, "harness_std": h_std, "harness_n": 0 if n != n else int(n),
                 "paper_mean": p_mean, "paper_std": p_std,
@@ -86,6 +92,18 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
                 "source": paper["source"].iloc[0] if len(paper) else "",
             })
     return pd.DataFrame(rows)
+
+
+def _unique_mode(values: pd.Series) -> str | None:
+    """The most common value; None on a tie (then every row names its value)."""
+    counts = values.value_counts()
+    return counts.index[0] if len(counts) == 1 or counts.iloc[0] > counts.iloc[1] else None
+
+
+def _selected(by_seed: str) -> str:
+    """'lam=0.0; lam=0.0' -> 'lam=0.0 (every seed)'; differing choices stay listed by seed."""
+    values = by_seed.split("; ")
+    return f"{values[0]} (every seed)" if len(set(values)) == 1 else by_seed
 
 
 def _cell(mean: float, std: float, n) -> str:
@@ -100,9 +118,11 @@ def format_markdown(table: pd.DataFrame) -> str:
     if table.empty:
         return "no finished runs for this in-distribution set"
     quantities = list(dict.fromkeys(table["quantity"]))
+    chosen = "selected" in table and table["selected"].fillna("").astype(bool).any()
     header = ["method", "variant", "score"]
     for q in quantities:
         header += [f"{q}: harness", f"{q}: paper", f"{q}: Δ / paper sd"]
+    header += ["selected on validation (by seed)"] if chosen else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (label, variant), group in table.groupby(["label", "variant"], sort=False):
         by_q = group.set_index("quantity")
@@ -113,6 +133,7 @@ def format_markdown(table: pd.DataFrame) -> str:
             cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"]),
                       _cell(r["paper_mean"], r["paper_std"], None),
                       "-" if r["diff_in_paper_std"] != r["diff_in_paper_std"] else f"{r['diff_in_paper_std']:+.1f}"]
+        cells += [group["selected"].iloc[0] or "-"] if chosen else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

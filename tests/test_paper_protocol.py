@@ -347,6 +347,26 @@ def test_paper_table_keeps_configs_of_different_protocols_apart():
     assert format_markdown(table).count("| DARE |") == 2
 
 
+def test_paper_table_names_check_runs_after_the_main_protocol_and_shows_the_selected_value():
+    from bench.paper import format_markdown
+    base = {"id_dataset": "fashion_mnist", "ood_sets": "mnist", "primary_score": "pred_entropy", "n": 5,
+            "id_acc_mean": 0.89, "id_acc_std": 0.01, "preprocess": "raw255"}
+    summary = pd.DataFrame([
+        {**base, "label": "DE (NLL)", "variant": "deep_ensemble(loss=ce)", "preprocess": "raw"},  # a check run
+        {**base, "label": "MOD", "variant": "mod(select lam in [0, 1e-5])", "selected": "lam=0.0; lam=0.0; lam=0.0"},
+        {**base, "label": "NegCorr", "variant": "negcorr(select lam in [1e-5, 1e-4])", "selected": "lam=1e-05; lam=0.0001"},
+        {**base, "label": "DE (NLL)", "variant": "deep_ensemble(loss=ce)"},
+    ])
+    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist")
+    variants = list(dict.fromkeys(table["variant"]))
+    assert variants == ["deep_ensemble(loss=ce)", "mod(select lam in [0, 1e-5])", "negcorr(select lam in [1e-5, 1e-4])",
+                        "deep_ensemble(loss=ce) preprocess=raw"]  # the paper's order, then the check run, named
+    chosen = table.drop_duplicates("variant").set_index("label")["selected"]
+    assert chosen["MOD"] == "lam=0.0 (every seed)" and chosen["NegCorr"] == "lam=1e-05; lam=0.0001"
+    md = format_markdown(table)
+    assert "selected on validation (by seed)" in md and "| lam=0.0 (every seed) |" in md
+
+
 def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", *TINY, *QUIET,
