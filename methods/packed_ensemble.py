@@ -1,10 +1,11 @@
 """Packed-Ensembles (Laurent et al., 2023), for an MLP: the base network is widened by alpha and
 split into M members of width alpha * w / M each (rounded up to a multiple of gamma); inside a
-member every hidden-to-hidden layer is further split into gamma independent groups
-(block-diagonal weights). The first layer of each member sees the whole input; its last layer is
-dense. Members train jointly (the same batches, the mean of their cross-entropies), as in
-torch-uncertainty's PackedLinear; the block structure is a fixed mask on the stacked weights, so
-the masked weights get no gradient and stay zero.
+member every layer after the first, the output layer included, is further split into gamma
+independent groups (block-diagonal weights), as torch-uncertainty's PackedLinear groups every
+layer but the first (so gamma must divide the number of classes). The first layer of each member
+sees the whole input. Members train jointly (the same batches, the mean of their
+cross-entropies); the block structure is a fixed mask on the stacked weights, so the masked
+weights get no gradient and stay zero.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import math
 
 import torch
 
+from bench.errors import ConfigError
 from bench.models import StackedMLP
 from bench.options import option, parse_float, parse_int
 from bench.seeding import member_generator
@@ -33,14 +35,16 @@ def group_mask(n_in: int, n_out: int, groups: int) -> torch.Tensor:
 
 
 class PackedMLP(StackedMLP):
-    """A stacked MLP whose hidden-to-hidden weights are masked to ``gamma`` groups per member."""
+    """A stacked MLP whose weights after the first layer are masked to ``gamma`` groups per member."""
 
     def __init__(self, members: int, in_features: int, hidden: tuple[int, ...], out_features: int, gamma: int):
+        if out_features % gamma:
+            raise ConfigError(f"packed_ensemble: gamma={gamma} must divide the {out_features} classes "
+                              "(the output layer is split into gamma groups too)")
         super().__init__(members, in_features, hidden, out_features)
         sizes = [in_features, *hidden, out_features]
         for layer in range(len(sizes) - 1):
-            hidden_to_hidden = 0 < layer < len(sizes) - 2
-            mask = group_mask(sizes[layer], sizes[layer + 1], gamma if hidden_to_hidden else 1)
+            mask = group_mask(sizes[layer], sizes[layer + 1], gamma if layer > 0 else 1)
             self.register_buffer(f"mask{layer}", mask)
 
     def masks(self) -> list[torch.Tensor]:
@@ -73,7 +77,7 @@ class PackedEnsemble(Method):
     alpha: float = option(2.0, parse=parse_float, check=lambda v: 0 < v < float("inf"), allowed="a number > 0",
                           help="width multiplier of the packed network")
     gamma: int = option(1, parse=parse_int, check=lambda v: v >= 1, allowed="an integer >= 1",
-                        help="groups inside each member's hidden-to-hidden layers")
+                        help="groups inside each member's layers after the first (must divide the classes)")
 
     @property
     def label(self) -> str:

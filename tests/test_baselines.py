@@ -10,6 +10,7 @@ import torch
 from bench.cli import main
 from bench.config import make_protocol
 from bench.data import Split
+from bench.errors import ConfigError
 from bench.models import StackedMLP
 from bench.train import train
 from methods.anchor_net import AnchorNet, anchor_distance
@@ -55,6 +56,19 @@ def test_mod_draws_in_the_batch_box_and_rewards_member_variance():
     fixed = Fixed(2, 2, (1,), 2)
     shares = MOD(members=2, lam=0.1).penalty(fixed, None, Batch(x, None, None))
     assert shares.tolist() == pytest.approx([-0.025, -0.025])  # sum: -lam * 0.5
+
+    class Echo(StackedMLP):  # members output their input (member m times m + 1): the term sees the draws
+        def forward(self, inputs, dropout=False):
+            seen.append(inputs)
+            return torch.stack([inputs * (m + 1) for m in range(2)])
+    seen = []
+    torch.manual_seed(1)
+    shares = MOD(members=2, lam=0.1).penalty(Echo(2, 2, (1,), 2), None, Batch(x, None, None))
+    (draws,) = seen
+    assert draws.shape == x.shape and not torch.equal(draws, x)  # new inputs, not the batch
+    assert (draws.min(0).values >= x.min(0).values).all() and (draws.max(0).values <= x.max(0).values).all()
+    # outputs d and 2d: population variance (d/2)^2 per feature; term -lam * mean, split in two shares
+    assert shares.sum().item() == pytest.approx(-0.1 * (draws / 2).pow(2).mean().item())
 
 
 def test_negcorr_value_and_stopped_gradient_by_hand():
@@ -192,12 +206,38 @@ def test_packed_ensemble_widths_groups_and_masked_weights_stay_zero():
     assert group_mask(4, 6, 2).tolist() == [[1, 1, 1, 0, 0, 0]] * 2 + [[0, 0, 0, 1, 1, 1]] * 2
     method = PackedEnsemble(members=2, alpha=2.0, gamma=2)
     result = train(method, make_protocol({"hidden": [8, 8], "epochs": 2, "batch_size": 16, "early_stop_acc": None}),
-                   split(), 3, seed=0, progress=False)
+                   split(k=4), 4, seed=0, progress=False)
     model = result.model
-    assert [w.shape[2] for w in model.weights] == [8, 8, 3]  # 2 * 8 / 2 members = 8 units each
-    hidden_to_hidden = model.weights[1]
+    assert [w.shape[2] for w in model.weights] == [8, 8, 4]  # 2 * 8 / 2 members = 8 units each
+    assert torch.count_nonzero(model.weights[0]) == 2 * 6 * 8  # the first layer sees the whole input
+    hidden_to_hidden, output = model.weights[1], model.weights[2]
     assert torch.count_nonzero(hidden_to_hidden * (1 - model.mask1)) == 0  # still block-diagonal
     assert torch.count_nonzero(hidden_to_hidden) == 2 * 2 * 4 * 4  # 2 members x 2 groups of 4 x 4
+    # the output layer is grouped too, as torch-uncertainty's PackedLinear groups every layer but the first
+    assert torch.count_nonzero(output * (1 - model.mask2)) == 0 and torch.count_nonzero(output) == 2 * 2 * 4 * 2
+    with pytest.raises(ConfigError, match="gamma=3 must divide the 10 classes"):
+        PackedEnsemble(members=2, gamma=3).build_model(0, [0, 1], 6, (8,), 10, "torch")
+
+
+def test_packed_members_are_separate_narrow_grouped_networks():
+    from methods.packed_ensemble import PackedEnsemble
+    model = PackedEnsemble(members=3, alpha=1.5, gamma=2).build_model(0, [0, 1, 2], 5, (8, 8), 4, "glorot")
+    x = torch.randn(7, 5)
+    out = model(x)
+    for m in range(3):  # member m by hand: its own weights only, each later layer as gamma separate blocks
+        h = x
+        for layer, (w, b) in enumerate(zip(model.weights, model.biases)):
+            w, b = w[m], b[m]
+            if layer == 0:
+                h = h @ w + b
+            else:  # block g maps input units [g*i, (g+1)*i) to output units [g*o, (g+1)*o)
+                i, o = w.shape[0] // 2, w.shape[1] // 2
+                h = torch.cat([h[:, g * i:(g + 1) * i] @ w[g * i:(g + 1) * i, g * o:(g + 1) * o] + b[g * o:(g + 1) * o]
+                               for g in range(2)], dim=1)
+            if layer < len(model.weights) - 1:
+                h = torch.relu(h)
+        assert torch.allclose(out[m], h, atol=1e-5)
+    assert [w.shape[1:] for w in model.weights] == [(5, 4), (4, 4), (4, 4)]  # 8 * 1.5 / 3 = 4 units
 
 
 def test_cheap_ensembles_train_jointly_and_checkpoint_as_one_model(tiny_data, tmp_path):
