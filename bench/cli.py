@@ -193,6 +193,10 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
                     args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask)
 
 
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def print_dry_run(plan: api.Plan, force: bool) -> None:
     table = api.dry_run(plan, force)
     for _, row in table.iterrows():
@@ -205,10 +209,10 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
         return
     selections = table[table["role"] == "selection"]
     runs = table[table["role"] != "selection"]
-    line = f"{len(runs)} runs in the grid, {int((~runs['finished']).sum())} to do"
+    line = f"{plural(len(runs), 'run')} in the grid, {int((~runs['finished']).sum())} to do"
     if len(selections):  # a selection trains up to its candidate count, stopping early
-        line += (f"; {len(selections)} selections, {int((~selections['finished']).sum())} to do, of up to "
-                 f"{int(selections.loc[~selections['finished'], 'candidates'].sum())} candidate runs")
+        line += (f"; {plural(len(selections), 'selection')}, {int((~selections['finished']).sum())} to do, of up to "
+                 f"{plural(int(selections.loc[~selections['finished'], 'candidates'].sum()), 'candidate run')}")
     print(line)
 
 

@@ -83,7 +83,11 @@ class Selection:
         return row
 
     def references(self) -> dict:
-        return {}
+        """The runs its candidates need first (e.g. DARE's DE (MSE) reference when selecting delta),
+        once each; listed by --dry-run. The walk runs them with the candidates that need them."""
+        refs = {ref.run_id: (f"{role} of {c.variant}", ref) for c in self.candidates()
+                for role, ref in c.references().items()}
+        return dict(refs.values())
 
 
 def same_value(a: Any, b: Any) -> bool:

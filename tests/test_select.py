@@ -190,6 +190,17 @@ def test_an_interrupted_walk_resumes_without_retraining(tiny_data, tmp_path, mon
     assert len(trained) == walked and len(set(trained)) == walked  # --force: each candidate once
 
 
+def test_dry_run_lists_the_references_a_selections_candidates_need(tmp_path, capsys):
+    args = ["run", "--preset", "paper-fmnist", "--methods", "dare", "--seeds", "0", "--select", "dare.delta=0.1,0.25",
+            "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path), "--dry-run"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    references = [line for line in lines if line.endswith("(reference)")]
+    assert len(references) == 1 and "deep_ensemble(" in references[0] and "loss=mse" in references[0]
+    assert any("(selection: up to 2 candidate runs)" in line for line in lines)
+    assert lines[-1] == "1 run in the grid, 1 to do; 1 selection, 1 to do, of up to 2 candidate runs"  # the reference
+
+
 def test_the_early_break_can_be_given_on_the_command_line_as_in_a_preset():
     from bench.config import load_preset
     name, values = load_preset("paper-fmnist")  # anchor_net: sigma x lam, early_break = {sigma = 10}
