@@ -29,6 +29,7 @@ def repulsion(params: list[torch.Tensor]) -> torch.Tensor:
     sq = theta.square().sum(dim=1)
     d = (sq.unsqueeze(1) + sq.unsqueeze(0) - 2 * theta @ theta.T).clamp_min(0)  # (M, M)
     d = d.masked_fill(torch.eye(members, dtype=torch.bool, device=d.device), 0.0)  # d_ii = 0 exactly
+    # for odd M (M^2 odd) this is the paper code's sorted element M^2 // 2; for even M, the midpoint
     median = d.detach().flatten().quantile(0.5)
     # gamma = 0 where all members coincide (median 0); a tensor where, not an if: no host sync per step
     gamma = torch.where(median > 0, math.log(members) / median.clamp_min(torch.finfo(d.dtype).tiny),
