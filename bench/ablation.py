@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bench.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
+from bench.store import without_candidates  # noqa: E402
 
 # (column, title); auroc_primary is each run's AUROC by its method's own score vs the first OOD set
 METRICS = [("id_acc", "ID accuracy"), ("id_nll_nats", "ID NLL (nats)"), ("id_ece", "ID ECE (15 bins)"),
@@ -63,20 +64,23 @@ def _with_primary_auroc(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     return runs.assign(auroc_primary=values), sets[0]
 
 
-def _usable(runs: pd.DataFrame) -> pd.DataFrame:
-    runs = runs[runs["status"] == "ok"]
-    if "candidate_of" in runs:
-        runs = runs[runs["candidate_of"].fillna("") == ""]
-    return runs
+def _protocols(runs: pd.DataFrame, keys: list[str]):
+    """Per protocol of the finished runs (selection candidates left out): (group, its runs with
+    auroc_primary, the primary OOD set, the axes)."""
+    for group in protocol_groups(without_candidates(runs[runs["status"] == "ok"])):
+        frame, ood_set = _with_primary_auroc(group.runs)
+        yield group, frame, ood_set, axes_of(frame, keys)
 
 
 def ablation_table(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Long table: one row per (protocol, method, value of every varying option, metric) with the
     mean, sd and n over seeds."""
+    return _table(_protocols(runs, keys))
+
+
+def _table(protocols) -> pd.DataFrame:
     rows = []
-    for group in protocol_groups(_usable(runs)):
-        frame, ood_set = _with_primary_auroc(group.runs)
-        axes = axes_of(frame, keys)
+    for group, frame, ood_set, axes in protocols:
         metrics = [m for m, _ in METRICS if m in frame]
         by = ["method", "label", *axes]
         stats = frame.groupby(by, dropna=False, sort=False)[metrics].agg(["mean", "std", "count"])
@@ -222,17 +226,15 @@ def write_ablation(out: Path, runs: pd.DataFrame, keys: list[str], histories: di
     """OUT/ablation.csv, and per protocol one plot per varying option plus the epochs plot
     (replacing the previous ablation's plots)."""
     out = Path(out)
-    table = ablation_table(runs, keys)
-    table.to_csv(out / "ablation.csv", index=False)
+    protocols = list(_protocols(runs, keys))
+    _table(protocols).to_csv(out / "ablation.csv", index=False)
     files = [out / "ablation.csv"]
     if not plots:
         return files
     for stale in out.glob("ablation*.png"):  # an axis of the last grid may be gone
         stale.unlink()
     sns.set_theme(style="whitegrid", context="notebook")
-    for group in protocol_groups(_usable(runs)):
-        frame, ood_set = _with_primary_auroc(group.runs)
-        axes = axes_of(frame, keys)
+    for group, frame, ood_set, axes in protocols:
         for axis in axes:
             files.append(plot_axis(out / f"ablation{group.tag}_{axis}.png", group.label, frame, axis, axes, ood_set))
         epochs = plot_epochs(out / f"ablation{group.tag}_epochs.png", group.label, frame,

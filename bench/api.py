@@ -21,7 +21,7 @@ from bench.config import Execution, expand_grid, load_preset, make_execution
 from bench.data import resolve_data_dir
 from bench.errors import BenchError, ConfigError
 from bench.executors import Executor, make_executor, run_grid, with_references
-from bench.store import RunStore, records_frame, summarize, config_columns
+from bench.store import RunStore, config_columns, records_frame, summarize, without_candidates
 from methods import load_entry_points, load_plugin
 
 RESULTS = "results"  # a preset's results go to results/<preset> unless out says otherwise
@@ -144,9 +144,7 @@ def _read(out: str | Path, candidates: bool = False) -> tuple[pd.DataFrame, list
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
     runs = records_frame(records, store.candidates())
-    if not candidates and "candidate_of" in runs:
-        runs = runs[runs["candidate_of"] == ""].reset_index(drop=True)
-    return runs, config_columns(records)
+    return (runs if candidates else without_candidates(runs)), config_columns(records)
 
 
 def load(out: str | Path, candidates: bool = False) -> pd.DataFrame:

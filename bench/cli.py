@@ -321,13 +321,11 @@ def cmd_perf(args) -> int:
 
 def open_results(out: str):
     """(store, runs, config columns) of an existing results folder; tables rebuilt from its records."""
-    from bench.store import RunStore
+    from bench.store import RunStore, without_candidates
     store = RunStore.existing(Path(out))
     runs, _, keys, problems = store.write_tables()
     warn(problems)
-    if "candidate_of" in runs:  # a selection's candidates are in runs.csv; its own row stands for them
-        runs = runs[runs["candidate_of"] == ""]
-    return store, runs, keys
+    return store, without_candidates(runs), keys  # the candidates stay in runs.csv
 
 
 def cmd_report(args) -> int:

@@ -174,6 +174,13 @@ def records_frame(records: list[dict], candidates: dict[str, list[str]] | None =
     return runs
 
 
+def without_candidates(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs less selection candidates: a selection's own row stands for its candidates."""
+    if "candidate_of" not in runs:
+        return runs
+    return runs[runs["candidate_of"].fillna("") == ""].reset_index(drop=True)
+
+
 def config_columns(records: list[dict]) -> list[str]:
     """The columns that describe a run's config (every option and protocol value but the seed), in
     the records' own order: the summary's group keys."""
