@@ -20,12 +20,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from bench.metrics import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
 from bench.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
 from bench.store import without_candidates  # noqa: E402
 
-# (column, title); auroc_primary is each run's AUROC by its method's own score vs the first OOD set
+# (column, title); AUROC_PRIMARY stands for each run's AUROC by its method's own score vs the first OOD set
+AUROC_PRIMARY = "auroc_primary"
 METRICS = [("id_acc", "ID accuracy"), ("id_nll_nats", "ID NLL (nats)"), ("id_ece", "ID ECE (15 bins)"),
-           ("auroc_primary", "AUROC vs {set}\n(each method's score)"), ("param_abs_mean", "mean |θ| (kept weights)")]
+           (AUROC_PRIMARY, "AUROC vs {set}\n(each method's score)"), ("param_abs_mean", "mean |θ| (kept weights)")]
 NOT_OPTIONS = {"run_id", "method", "label", "variant", "preset", "ood_split", "primary_score", "seed",
                *PROTOCOL_COLUMNS}
 
@@ -48,20 +50,21 @@ def axes_of(runs: pd.DataFrame, keys: list[str]) -> list[str]:
 
 def config_axes(configs: list) -> list[str]:
     """The axes of a planned grid, before anything trains (a selection's walked option is not one)."""
-    rows = [{"method": c.method, **{name: repr(value) for name, value in
-                                     getattr(c, "method_options", getattr(c, "fixed", {})).items()}}
+    rows = [{"method": c.method, **{name: repr(value) for name, value in c.fixed_options.items()}}
             for c in configs]
     frame = pd.DataFrame(rows)
     return varying(frame, [c for c in frame.columns if c != "method"]) if rows else []
 
 
+def _metrics(ood_set: str | None) -> list[tuple[str, str]]:
+    """METRICS with the AUROC column of the first OOD set (none without one)."""
+    return [(ood_column("auroc", PRIMARY, ood_set), title.replace("{set}", ood_set)) if m == AUROC_PRIMARY
+            else (m, title) for m, title in METRICS if m != AUROC_PRIMARY or ood_set]
+
+
 def _with_primary_auroc(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
-    sets = [s for s in str(runs["ood_sets"].iloc[0]).split()
-            if any(c.endswith(f"_vs_{s}") for c in runs.columns)] if "ood_sets" in runs else []
-    if not sets:
-        return runs, None
-    values = [r.get(f"auroc_{r['primary_score']}_vs_{sets[0]}", np.nan) for _, r in runs.iterrows()]
-    return runs.assign(auroc_primary=values), sets[0]
+    sets = scored_sets(runs.iloc[:1])[:1] if len(runs) else []
+    return with_primary(runs, sets), (sets[0] if sets else None)
 
 
 def _protocols(runs: pd.DataFrame, keys: list[str]):
@@ -81,14 +84,14 @@ def ablation_table(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def _table(protocols) -> pd.DataFrame:
     rows = []
     for group, frame, ood_set, axes in protocols:
-        metrics = [m for m, _ in METRICS if m in frame]
+        metrics = [m for m, _ in _metrics(ood_set) if m in frame]
         by = ["method", "label", *axes]
         stats = frame.groupby(by, dropna=False, sort=False)[metrics].agg(["mean", "std", "count"])
         for index, row in stats.iterrows():
             base = dict(zip(by, index if isinstance(index, tuple) else (index,)))
             for metric in metrics:
                 rows.append({"protocol": group.label, **base,
-                             "metric": metric if metric != "auroc_primary" else f"auroc_primary_vs_{ood_set}",
+                             "metric": metric,
                              "mean": row[(metric, "mean")], "std": row[(metric, "std")],
                              "n": int(row[(metric, "count")])})
     return pd.DataFrame(rows)
@@ -137,7 +140,7 @@ def plot_axis(path: Path, title: str, frame: pd.DataFrame, axis: str, axes: list
     colours = list(dict.fromkeys(frame.sort_values(shared or ["_line"])["_colour"]))
     palette = dict(zip(colours, sns.color_palette("viridis" if shared else "colorblind", len(colours))))
     methods_dashes = {m: "-" for m in varying}
-    metrics = [(m, t.replace("{set}", ood_set or "")) for m, t in METRICS if m in frame and frame[m].notna().any()]
+    metrics = [(m, t) for m, t in _metrics(ood_set) if m in frame and frame[m].notna().any()]
     fig, axs = plt.subplots(1, len(metrics), figsize=(3.9 * len(metrics), 3.6), squeeze=False)
     span = (min(position.values()), max(position.values())) if position else (0, 1)
     for ax, (metric, metric_title) in zip(axs[0], metrics):

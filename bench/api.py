@@ -17,10 +17,11 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from bench.config import Execution, expand_grid, load_preset, make_execution
+from bench.config import Execution, make_execution
 from bench.data import resolve_data_dir
-from bench.errors import BenchError, ConfigError
+from bench.errors import BenchError
 from bench.executors import Executor, make_executor, run_grid, with_references
+from bench.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid, load_preset
 from bench.store import RunStore, config_columns, records_frame, summarize, without_candidates
 from methods import load_entry_points, load_plugin
 
@@ -32,28 +33,11 @@ class Plan:
     """A validated grid and where it runs: nothing has trained yet."""
     preset: str
     preset_values: dict[str, Any]
-    configs: list
+    configs: list[GridItem]
     store: RunStore
     data_dir: Path
     execution: Execution
     executor: Executor
-
-
-def _assignments(options: Mapping[str, Any] | Iterable[str] | None, what: str) -> list[str]:
-    """{'dare.threshold': [0.1, 0.3], 'members': 5} or ['dare.threshold=0.1,0.3'] -> CLI strings."""
-    if options is None:
-        return []
-    if isinstance(options, str):
-        raise ConfigError(f"{what}: expected a dict or a list of 'NAME=V,V' strings, not one string")
-    if isinstance(options, Mapping):
-        out = []
-        for name, values in options.items():
-            values = values if isinstance(values, (list, tuple)) else [values]
-            if not values:
-                raise ConfigError(f"{what} {name!r}: an empty list of values")
-            out.append(f"{name}=" + ",".join("none" if v is None else str(v) for v in values))
-        return out
-    return [str(o) for o in options]
 
 
 def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int] | None = None,
@@ -67,7 +51,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     name, values = load_preset(preset)
     configs = expand_grid(name, values, list(methods) if methods else None,
                           list(seeds) if seeds is not None else None, dict(protocol or {}),
-                          _assignments(options, "option"), _assignments(select, "select"))
+                          Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
     execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     executor = make_executor({"jobs": jobs, "dask_address": dask})
@@ -81,17 +65,18 @@ def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
     first, then = with_references(p.configs)
     finished, _ = p.store.check([c.run_id for c in first + then])
     rows = []
-    for config in first + then:
-        role = "reference" if config not in p.configs else ("selection" if hasattr(config, "candidates") else "run")
-        rows.append({"run_id": config.run_id, "variant": config.variant, "seed": config.seed, "role": role,
-                     "candidates": len(config.candidates()) if role == "selection" else 0,
-                     "finished": config.run_id in finished and not force})
+    for item in first + then:
+        role = "reference" if item not in p.configs else item.kind
+        rows.append({"run_id": item.run_id, "variant": item.variant, "seed": item.seed, "role": role,
+                     "candidates": len(item.runs()) if role == "selection" else 0,
+                     "finished": item.run_id in finished and not force})
     return pd.DataFrame(rows)
 
 
 @dataclasses.dataclass
 class Executed:
     runs: pd.DataFrame    # this grid's runs, in the grid's order
+    folder: pd.DataFrame  # every run in the folder (what runs.csv holds), which the report shows
     wall: float           # seconds
     keys: list[str]       # the folder's config columns (summary group keys)
     problems: list[str]   # one line per corrupt record in the folder
@@ -109,11 +94,12 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         p.store.write_tables()
         raise
     wall = time.perf_counter() - started
-    runs, _, keys, problems = p.store.write_tables()
+    folder, _, keys, problems = p.store.write_tables()
+    runs = folder
     if len(runs):  # methods as given, then options, seeds
         order = {run_id: i for i, run_id in enumerate(run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-    return Executed(runs.reset_index(drop=True), wall, keys, problems)
+    return Executed(runs.reset_index(drop=True), folder, wall, keys, problems)
 
 
 def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[int] | None = None,
@@ -127,15 +113,15 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     options: {'dare.threshold': [0.1, 0.3], 'members': 5} (a list is a grid) or ['dare.threshold=0.1,0.3'].
     select: the same for options selected on the validation split ({'mod.lam': [0, 1e-3, 1e-2]}).
     protocol: overrides of the preset's protocol values ({'epochs': 3, 'hidden': (64, 64)}).
-    plots: also write summary.md, the plots and (for a preset with compare_to) the paper table.
+    plots: also write the folder's report: summary.md, the plots and (for a preset with compare_to)
+    the paper table, of every run in the folder.
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
              vectorize, jobs, dask)
     done = execute(p, download, progress, force)
     if plots:
-        from bench.report import write_report
-        write_report(p.store, done.runs, done.keys, plots=True, compare_to=p.preset_values.get("compare_to"),
-                     echo=lambda _: None)
+        from bench.report import report_folder
+        report_folder(p.store, done.folder, done.keys, echo=lambda _: None)
     return done.runs
 
 

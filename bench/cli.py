@@ -11,11 +11,12 @@ from pathlib import Path
 import torch
 
 from bench import api
-from bench.config import available_presets, load_preset, make_execution, make_protocol, make_run_config, protocol_help
+from bench.config import make_execution, make_protocol, make_run_config, protocol_help
 from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from bench.errors import BenchError, ConfigError
+from bench.grid import available_presets, load_preset
 from bench.options import describe
-from bench.report import paper_table, write_report
+from bench.report import paper_table, report_folder
 from methods import REGISTRY, SOURCES, load_entry_points, load_plugin
 
 RESULTS = api.RESULTS
@@ -225,10 +226,22 @@ def execute_and_report(plan: api.Plan, args: argparse.Namespace):
               "again to resume", file=sys.stderr)
         raise
     warn(done.problems)
-    write_report(plan.store, done.runs, done.keys, plots=not args.no_plots,
-                 compare_to=plan.preset_values.get("compare_to"))
+    report_folder(plan.store, done.folder, done.keys, plots=not args.no_plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
     return done.runs, done.keys
+
+
+def report_failures(runs) -> int:
+    """One line naming the grid's failed runs (status error); the exit code: 1 if any, else 0."""
+    failed = runs[runs["status"] == "error"] if len(runs) else runs
+    if not len(failed):
+        return 0
+    groups = failed.groupby(["variant", "error"], sort=False)["seed"].agg(lambda s: " ".join(map(str, s)))
+    names = "; ".join(f"{variant} seed{'s' if ' ' in seeds else ''} {seeds}: {error}" for (variant, error), seeds in groups.items())
+    print(f"dare-bench: {len(failed)} of {plural(len(runs), 'run')} failed (status error): {names}. The reasons "
+          "are in runs.csv, a traceback in the record of a run that raised; the same command runs them again",
+          file=sys.stderr)
+    return 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -237,10 +250,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_dry_run(plan, args.force)
         return 0
     try:
-        execute_and_report(plan, args)
+        runs, _ = execute_and_report(plan, args)
     except KeyboardInterrupt:
         return 130
-    return 0
+    return report_failures(runs)
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
@@ -261,7 +274,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     histories = {rid: plan.store.load(rid).get("history", []) for rid in runs["run_id"]}
     for path in write_ablation(plan.store.out, runs, keys, histories, plots=not args.no_plots):
         print(f"wrote {path}")
-    return 0
+    return report_failures(runs)
 
 
 def warn(problems: list[str]) -> None:
@@ -321,26 +334,24 @@ def cmd_perf(args) -> int:
 
 def open_results(out: str):
     """(store, runs, config columns) of an existing results folder; tables rebuilt from its records."""
-    from bench.store import RunStore, without_candidates
+    from bench.store import RunStore
     store = RunStore.existing(Path(out))
     runs, _, keys, problems = store.write_tables()
     warn(problems)
-    return store, without_candidates(runs), keys  # the candidates stay in runs.csv
+    return store, runs, keys
 
 
 def cmd_report(args) -> int:
-    store, runs, keys = open_results(args.out)
-    known = set(available_presets())
-    tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
-    write_report(store, runs, keys, plots=not args.no_plots, compare_to=next((t for t in tables if t), None))
+    report_folder(*open_results(args.out), plots=not args.no_plots)
     return 0
 
 
 def cmd_paper_table(args) -> int:
     from bench.paper import load_published
-    from bench.store import summarize
+    from bench.store import summarize, without_candidates
     load_published(args.published)  # a bad name fails before anything is read
     store, runs, keys = open_results(args.out)
+    runs = without_candidates(runs)
     for path in paper_table(store, runs, summarize(runs, keys), args.published, args.in_distribution):
         print(f"wrote {path}")
     return 0

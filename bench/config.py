@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
-import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bench.errors import ConfigError
 from bench.options import (choice, describe, option, parse_bool, parse_int, parse_int_tuple, parse_optional_float,
@@ -18,6 +16,7 @@ from methods import Method, get_method
 PRESET_DIR = Path(__file__).with_name("presets")
 # In-distribution dataset -> the OOD sets it may be scored against; the first is the default.
 OOD_SETS = {"mnist": ("fashion_mnist", "cifar10_gray28"), "fashion_mnist": ("mnist", "cifar10_gray28")}
+N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
 
@@ -74,6 +73,10 @@ class Protocol:
             raise ConfigError(f"{what}: ood_sets={','.join(values['ood_sets'])} names a set twice")
         return values
 
+    @property
+    def n_classes(self) -> int:
+        return N_CLASSES[self.id_dataset]
+
     def split_seed_for(self, run_seed: int) -> int:
         """The seed of the train/validation split of a run with this seed."""
         return run_seed if self.split_seed == SPLIT_FROM_RUN_SEED else self.split_seed
@@ -105,6 +108,8 @@ def make_execution(values: dict[str, Any]) -> Execution:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
+    """One run: a grid item (``bench.grid.GridItem``) of kind "run"."""
+    kind: ClassVar[str] = "run"
     method: str
     method_options: dict[str, Any]
     protocol: Protocol
@@ -117,6 +122,13 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "method_options": dict(self.method_options),
                 "protocol": dataclasses.asdict(self.protocol), "seed": self.seed, "preset": self.preset}
+
+    @property
+    def fixed_options(self) -> dict[str, Any]:
+        return self.method_options
+
+    def runs(self) -> list["RunConfig"]:
+        return [self]
 
     @property
     def run_id(self) -> str:
@@ -166,14 +178,8 @@ def make_run_config(method: str, method_options: dict[str, Any], protocol: Proto
         raise ConfigError(f"seed={seed!r} is not valid; allowed: an integer >= 0") from None
     if seed < 0:
         raise ConfigError(f"seed={seed!r} is out of range; allowed: an integer >= 0")
-    if options.get("checkpoint", "none") != "none" and protocol.val_size == 0:
-        raise ConfigError(f"method {method}: checkpoint={options['checkpoint']} needs a validation split; "
-                          "set val_size > 0")
+    cls(**options).check_protocol(protocol, f"method {method}")
     return RunConfig(method, options, protocol, seed, preset)
-
-
-def available_presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
 def named_file(name_or_path: str, folder: Path, suffix: str, kind: str) -> Path:
@@ -187,152 +193,5 @@ def named_file(name_or_path: str, folder: Path, suffix: str, kind: str) -> Path:
     return path
 
 
-def load_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """A preset by name (bench/presets/NAME.toml) or path. Returns (name, values)."""
-    path = named_file(name_or_path, PRESET_DIR, ".toml", "preset")
-    try:
-        values = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"preset {path}: not valid TOML ({exc})") from None
-    return path.stem, values
-
-
 def protocol_help() -> list[tuple[str, Any, str, str]]:
     return describe(Protocol)
-
-
-PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to", "out"}
-
-
-def exclusive_with(cls: type, name: str) -> set[str]:
-    """Options of ``cls`` that may not be given together with option ``name``."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    out = set(fields[name].metadata.get("excludes", ())) if name in fields else set()
-    return out | {f.name for f in fields.values() if name in f.metadata.get("excludes", ())}
-
-
-def parse_option_assignment(text: str, flag: str = "--option") -> tuple[str | None, str, list[str]]:
-    """'dare.threshold=0.1,0.3' -> ('dare', 'threshold', ['0.1', '0.3']); 'members=5' -> (None, ...)."""
-    key, sep, values = text.partition("=")
-    if not sep or not key.strip() or not values.strip():
-        expected = "METHOD.NAME=VALUE[,VALUE...]" + (" or NAME=VALUE[,VALUE...]" if flag == "--option" else "")
-        raise ConfigError(f"{flag} {text!r}: expected {expected}")
-    method, dot, name = key.strip().rpartition(".")
-    return (method if dot else None), name, [v.strip() for v in values.split(",")]
-
-
-def parse_early_break_assignment(text: str, values: list[str]) -> bool | dict[str, str]:
-    """--select METHOD.early_break=true|false|NAME=VALUE[,NAME=VALUE]: the same choices as a
-    preset's early_break (a bool, or the option values where the break applies)."""
-    if len(values) == 1 and "=" not in values[0]:
-        try:
-            return parse_bool(values[0])
-        except ValueError:
-            pass
-    pairs = [v.partition("=") for v in values]
-    if not all(sep and k.strip() and v.strip() for k, sep, v in pairs):
-        raise ConfigError(f"--select {text!r}: early_break takes true, false or NAME=VALUE[,NAME=VALUE...] "
-                          "(e.g. anchor_net.early_break=sigma=10)")
-    return {k.strip(): v.strip() for k, _, v in pairs}
-
-
-def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] | None,
-                seeds: list[Any] | None, protocol_overrides: dict[str, Any],
-                option_assignments: list[str], select_assignments: list[str] = ()) -> list:
-    """Every (method, option combination, seed) run, validated before anything trains. A method
-    with a selection spec (a preset's [select.METHOD] table, or --select METHOD.NAME=V,...) gives
-    one ``bench.select.Selection`` per remaining option combination and seed instead."""
-    from bench.select import Selection, parse_select_spec, same_value
-
-    unknown = sorted(set(preset_values) - PRESET_KEYS)
-    if unknown:
-        raise ConfigError(f"preset {preset}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(PRESET_KEYS))})")
-    protocol = make_protocol({**preset_values.get("protocol", {}), **protocol_overrides})
-    methods = methods or preset_values.get("methods") or []
-    seeds = seeds if seeds is not None else preset_values.get("seeds", [0])
-    if not methods:
-        raise ConfigError("no methods selected: pass --methods")
-    if not seeds:
-        raise ConfigError("no seeds selected: pass --seeds")
-    classes = {m: get_method(m) for m in dict.fromkeys(methods)}
-    # a list in a preset's method options is a grid, like a comma list on the command line
-    grids: dict[str, dict[str, list[Any]]] = {
-        m: {k: list(v) if isinstance(v, list) else [v]
-            for k, v in preset_values.get("method_options", {}).get(m, {}).items()} for m in classes}
-    given: dict[str, set[str]] = {m: set() for m in classes}  # options set on the command line
-    for text in option_assignments:
-        target, name, values = parse_option_assignment(text)
-        targets = [target] if target else [m for m, cls in classes.items()
-                                           if name in {f.name for f in dataclasses.fields(cls)}]
-        if target and target not in classes:
-            get_method(target)  # unknown name -> error listing the registered ones
-            raise ConfigError(f"--option {text!r}: method '{target}' is not among the selected methods")
-        if not targets:
-            raise ConfigError(f"--option {text!r}: no selected method has an option '{name}'")
-        for m in targets:
-            for other in exclusive_with(classes[m], name) - given[m]:  # -o dare.delta=... replaces a
-                grids[m].pop(other, None)                               # preset's threshold
-            grids[m][name] = values
-            given[m].add(name)
-    preset_specs = preset_values.get("select", {})
-    for m in preset_specs:
-        get_method(m)  # a preset may select for methods a command leaves out, but not for unknown ones
-    # -o NAME on the command line fixes NAME: it leaves the preset's select grid
-    specs = {m: {k: v for k, v in spec.items() if k not in given.get(m, ())}
-             for m, spec in preset_specs.items() if m in classes}
-    specs = {m: spec for m, spec in specs.items() if set(spec) - {"early_break"}}
-    cli_selected: dict[str, set[str]] = {}
-    for text in select_assignments:
-        target, name, values = parse_option_assignment(text, "--select")
-        if not target:
-            raise ConfigError(f"--select {text!r}: expected METHOD.NAME=VALUE[,VALUE...]")
-        if target not in classes:
-            get_method(target)
-            raise ConfigError(f"--select {text!r}: method '{target}' is not among the selected methods")
-        if target not in cli_selected:  # --select replaces a preset's select table for that method
-            specs[target], cli_selected[target] = {"early_break": True}, set()
-        if name in cli_selected[target]:
-            raise ConfigError(f"--select {text!r}: {target}.{name} is given twice; give its values once, "
-                              "comma-separated")
-        specs[target][name] = parse_early_break_assignment(text, values) if name == "early_break" else values
-        cli_selected[target].add(name)
-        for other in exclusive_with(classes[target], name) - given[target]:  # as with -o
-            grids[target].pop(other, None)
-    selects = {}
-    for m, spec in specs.items():  # each grid value parsed by its option's parser ('0.1' -> 0.1)
-        grid, early = parse_select_spec(m, spec, f"select {m}", given.get(m, set()))
-        fields = {f.name: f for f in dataclasses.fields(classes[m]) if "parse" in f.metadata}
-        parsed = []
-        for name, values in grid:
-            if name not in fields:
-                raise ConfigError(f"select {m}: unknown option '{name}' (known options: {', '.join(fields)})")
-            try:
-                parsed.append((name, tuple(fields[name].metadata["parse"](v) for v in values)))
-            except (ValueError, TypeError):
-                raise ConfigError(f"select {m}: {name}={list(values)} is not valid; allowed: "
-                                  f"{fields[name].metadata['allowed']}") from None
-            repeated = [v for i, v in enumerate(parsed[-1][1]) if any(same_value(v, w) for w in parsed[-1][1][:i])]
-            if repeated:  # two candidates with one run id: the walk would score one run twice
-                raise ConfigError(f"select {m}: the grid of '{name}' lists {repeated[0]!r} twice")
-        selects[m] = (tuple(parsed), early)
-    configs: list = []
-    for m in classes:
-        selected = {n for n, _ in selects[m][0]} if m in selects else set()
-        both = sorted(selected & given[m])
-        if both:
-            raise ConfigError(f"method {m}: option '{both[0]}' is both set (-o) and selected (--select)")
-        if selected and protocol.val_size == 0:
-            raise ConfigError(f"select {m}: selection scores candidates on the validation split; set val_size > 0")
-        names = [n for n in grids[m] if n not in selected]
-        for combo in itertools.product(*(grids[m][n] for n in names)):
-            for seed in seeds:
-                fixed = dict(zip(names, combo))
-                if m in selects:
-                    grid, early = selects[m]
-                    first = make_run_config(m, {**fixed, **{n: v[0] for n, v in grid}}, protocol, seed, preset)
-                    selection = Selection(m, fixed, grid, early, protocol, first.seed, preset)
-                    selection.candidates()  # validate every candidate now, not mid-walk
-                    configs.append(selection)
-                else:
-                    configs.append(make_run_config(m, fixed, protocol, seed, preset))
-    return configs

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 
 from bench.config import make_protocol
 from bench.data import Split
+from bench.metrics import InvalidPredictions, check_own_scores, check_probabilities
 from bench.options import describe, validate
 from bench.train import train
 from methods.base import Batch, Method
@@ -22,13 +22,23 @@ from methods.base import Batch, Method
 N_FEATURES, N_CLASSES = 12, 3
 
 
-def tiny_split(n: int = 48, seed: int = 0) -> Split:
-    """A separable 3-class problem: class c lights up features 4c..4c+3."""
+def toy_split(n: int = 96, features: int = 6, classes: int = 3, seed: int = 0, separation: float = 3.0,
+              label_noise: float = 0.0) -> Split:
+    """A small synthetic classification problem, the same for a given set of arguments.
+
+    Labels are drawn uniformly from ``range(classes)``; features are standard Gaussian noise, plus
+    ``separation`` on the feature whose index is the sample's class (so ``features >= classes``;
+    0 gives pure noise). Then a fraction ``label_noise`` of the labels is redrawn uniformly at random
+    (a redrawn label may come out unchanged), which makes a small network overfit.
+    """
+    if features < classes:
+        raise ValueError(f"toy_split: features={features} must be >= classes={classes}")
     g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % N_CLASSES
-    x = torch.rand(n, N_FEATURES, generator=g) * 0.3
-    for c in range(N_CLASSES):
-        x[y == c, 4 * c:4 * c + 4] += 1.0
+    y = torch.randint(0, classes, (n,), generator=g)
+    x = torch.randn(n, features, generator=g) + torch.nn.functional.one_hot(y, features).float() * separation
+    if label_noise:
+        redraw = torch.rand(n, generator=g) < label_noise
+        y = torch.where(redraw, torch.randint(0, classes, (n,), generator=g), y)
     return Split(x, y)
 
 
@@ -49,7 +59,8 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
 
     protocol = make_protocol({"hidden": (8,), "epochs": 2, "batch_size": 16, "early_stop_acc": "none",
                               "val_size": 12})
-    train_split, val = tiny_split(48, 0), tiny_split(12, 1)
+    train_split = toy_split(48, N_FEATURES, N_CLASSES, seed=0)
+    val = toy_split(12, N_FEATURES, N_CLASSES, seed=1)
     if method.references():  # e.g. DARE with delta: bind it to a made-up finished reference
         fake = {role: {"run_id": "reference", "status": "ok", "val_task_loss": 1.0} for role in method.references()}
         method, _ = method.bind(fake)
@@ -75,16 +86,13 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
     # a tiny training run, then predictions: (samples, N, classes), each row a distribution
     result = train(method, protocol, train_split, N_CLASSES, seed=0, progress=False, val=val)
     assert len(result.epochs_run) == method.n_networks, f"{name}: epochs_run has one entry per network"
-    test = tiny_split(20, 2)
+    test = toy_split(20, N_FEATURES, N_CLASSES, seed=2)
     proba, own = method.predict(result.model, test.x)
-    assert isinstance(proba, np.ndarray) and proba.ndim == 3, f"{name}: predict must give a (samples, N, K) array"
-    assert proba.shape[0] >= 1, f"{name}: predict gave no samples"
-    assert proba.shape[1:] == (20, N_CLASSES), f"{name}: predictions have shape {proba.shape}"
-    assert np.isfinite(proba).all() and (proba >= 0).all(), f"{name}: predictions are not probabilities"
-    assert np.allclose(proba.sum(axis=-1), 1.0, atol=1e-4), f"{name}: predictions do not sum to 1"
-    for score, values in own.items():
-        assert isinstance(values, np.ndarray) and values.shape == (20,), f"{name}: own score {score} is not (N,)"
-        assert np.isfinite(values).all(), f"{name}: own score {score} is not finite"
+    try:  # the same contract every run's predictions are checked against before any metric
+        check_probabilities(proba, 20, N_CLASSES, "predict")
+        check_own_scores(own, 20)
+    except InvalidPredictions as exc:
+        raise AssertionError(f"{name}: {exc}") from None
     assert method.primary_score in ("pred_entropy", "mutual_info", "one_minus_max_prob", *own), \
         f"{name}: primary_score {method.primary_score!r} is neither a shared score nor one of its own"
     return method

@@ -116,25 +116,49 @@ def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[Run
     return list(independent.values()), dependent
 
 
-def run_grid(configs: list, data_dir: Path, store: RunStore, executor: Executor = Executor(),
+def run_grid(items: list, data_dir: Path, store: RunStore, executor: Executor = Executor(),
              execution: Execution = Execution(), download: bool = True, progress: bool = True,
              force: bool = False, log=None) -> list[str]:
-    """Run every config not already finished in ``store`` (all of them with force), the runs that
-    others depend on first, then walk every selection (``bench.select``). Returns the grid's run
-    ids (references, candidates and selections included), finished before or now."""
+    """Run every grid item (``bench.grid.GridItem``) not already finished in ``store`` (all of them
+    with force), the runs that others depend on first, then walk every selection
+    (``bench.select``). Returns the grid's run ids (references and selections included), finished
+    before or now. A run that ended in error before is run again."""
     from tqdm.auto import tqdm
 
-    from bench.data import check_dataset_files, prepare_ood_sets
-    from bench.runner import run_line
-    from bench.select import Selection, Walk
+    from bench.select import Walk
 
     log = log or (lambda line: tqdm.write(line))
-    configs = list({c.run_id: c for c in configs}.values())  # a grid may name a run twice
-    selections = [c for c in configs if isinstance(c, Selection)]
-    plain = [c for c in configs if not isinstance(c, Selection)]
+    items = list({c.run_id: c for c in items}.values())  # a grid may name a run twice
+    selections = [c for c in items if c.kind == "selection"]
+    plain = [c for c in items if c.kind == "run"]
     first, then = with_references(plain)
     everything = first + then
-    finished, problems = store.check([c.run_id for c in everything + selections])
+    finished = _reusable(store, everything + selections, force, log)
+    phases = [[c for c in phase if force or c.run_id not in finished] for phase in (first, then)]
+    walks = [Walk(s, s.runs()) for s in selections if force or s.run_id not in finished]
+    for w in walks:
+        store.add_selection(w.selection.run_id, [c.run_id for c in w.candidates])
+    todo = phases[0] + phases[1]
+    if len(todo) + len(walks) < len(everything) + len(selections):
+        log(f"{len(everything) + len(selections) - len(todo) - len(walks)} of {len(everything) + len(selections)} "
+            f"runs already finished in {store.records}: skipped (--force redoes them)")
+    if len(everything) > len(plain):
+        log(f"{len(everything) - len(plain)} reference runs added: runs of the grid depend on them")
+    _check_data(data_dir, todo + [c for w in walks for c in w.candidates], download, log)
+    run = _Runner(executor, data_dir, store, execution, download, progress, force, log)
+    bar = tqdm(total=len(todo) + len(walks), desc="runs", unit="run", disable=None if progress else True)
+    for phase in phases:
+        run(phase)
+        bar.update(len(phase))
+    _walk(walks, run, store, bar.update, progress, log)
+    bar.close()
+    # the candidates stay in runs.csv and summary.csv; the grid's own rows are the selections
+    return [c.run_id for c in everything] + [s.run_id for s in selections]
+
+
+def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]:
+    """The finished records the grid may reuse (say so when another version wrote them)."""
+    finished, problems = store.check([c.run_id for c in items])
     for problem in problems:
         log(f"warning: {problem}")
     if not force:
@@ -145,53 +169,58 @@ def run_grid(configs: list, data_dir: Path, store: RunStore, executor: Executor 
                 + ", ".join(f"{n} by {v}" for v, n in older.items()) + f"; this is {version()}"
                 + (f" at {commit()[:8]}" if commit() else "") + "); "
                 "--force redoes them")
-    phases = [[c for c in phase if force or c.run_id not in finished] for phase in (first, then)]
-    walks = [Walk(s, s.candidates()) for s in selections if force or s.run_id not in finished]
-    for w in walks:
-        store.add_selection(w.selection.run_id, [c.run_id for c in w.candidates])
-    todo = phases[0] + phases[1]
-    if len(todo) + len(walks) < len(everything) + len(selections):
-        log(f"{len(everything) + len(selections) - len(todo) - len(walks)} of {len(everything) + len(selections)} "
-            f"runs already finished in {store.records}: skipped (--force redoes them)")
-    if len(everything) > len(plain):
-        log(f"{len(everything) - len(plain)} reference runs added: runs of the grid depend on them")
-    candidates = [c for w in walks for c in w.candidates]
-    for dataset in dict.fromkeys(c.protocol.id_dataset for c in todo + candidates):
-        check_dataset_files(data_dir, dataset, download)  # fail in the first second, not in a worker
-    for name, why in prepare_ood_sets(data_dir, (s for c in todo + candidates for s in c.protocol.ood_sets),
-                                      download).items():
+    return finished
+
+
+def _check_data(data_dir: Path, configs: list[RunConfig], download: bool, log) -> None:
+    """Fail in the first second, not in a worker: the datasets the runs need, and their OOD sets."""
+    from bench.data import check_dataset_files, prepare_ood_sets
+    for dataset in dict.fromkeys(c.protocol.id_dataset for c in configs):
+        check_dataset_files(data_dir, dataset, download)
+    for name, why in prepare_ood_sets(data_dir, (s for c in configs for s in c.protocol.ood_sets), download).items():
         log(f"note: OOD set {name} skipped: {why}")
-    bar = tqdm(total=len(todo) + len(walks), desc="runs", unit="run", disable=None if progress else True)
-    done_now: set[str] = set()
 
-    def run(batch: list[RunConfig]) -> None:
-        """Run (or reuse) these configs, references first; with force, each at most once per grid."""
+
+@dataclasses.dataclass
+class _Runner:
+    """Runs (or reuses) batches of configs, references first; with force, each at most once per grid."""
+    executor: Executor
+    data_dir: Path
+    store: RunStore
+    execution: Execution
+    download: bool
+    progress: bool
+    force: bool
+    log: object
+    done_now: set = dataclasses.field(default_factory=set)
+
+    def __call__(self, batch: list[RunConfig]) -> None:
+        from bench.runner import run_line
         for phase in with_references(batch):
-            todo_now = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in done_now
-                        and (force or not store.check([c.run_id])[0])]
-            for record in executor.map(todo_now, data_dir, store.out, execution, download, progress):
-                done_now.add(record["run_id"])
-                if progress:
-                    log(run_line(record))
+            todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
+                    and (self.force or not self.store.check([c.run_id])[0])]
+            for record in self.executor.map(todo, self.data_dir, self.store.out, self.execution, self.download,
+                                            self.progress):
+                self.done_now.add(record["run_id"])
+                if self.progress:
+                    self.log(run_line(record))
 
-    for phase in phases:
-        run(phase)
-        bar.update(len(phase))
-    while any(not w.done for w in walks):  # one candidate per selection per round: seeds run side by side
+
+def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, log) -> None:
+    """Walk every selection, one candidate per selection per round (seeds run side by side)."""
+    while any(not w.done for w in walks):
         active = [w for w in walks if not w.done]
         run([w.next_candidate() for w in active])
         for w in active:
             w.observe(store.load(w.next_candidate().run_id))
-            if w.done:
-                chosen = store.load(w.scores[w.best]["run_id"]) if w.best is not None else None
-                record = w.record(chosen)
-                store.add(record, store.load_arrays(chosen["run_id"]) if chosen else None)
-                bar.update()
-                if progress:
-                    log(f"select {w.selection.method} seed {w.selection.seed}: " + "; ".join(
-                        f"{', '.join(f'{n}={c[n]}' for n, _ in w.selection.grid)} val NLL "
-                        + ("-" if c["val_nll_nats"] is None else f"{c['val_nll_nats']:.4f}") for c in w.scores)
-                        + f" -> {record.get('selected', 'nothing')} ({w.stopped})")
-    bar.close()
-    # the candidates stay in runs.csv and summary.csv; the grid's own rows are the selections
-    return [c.run_id for c in everything] + [s.run_id for s in selections]
+            if not w.done:
+                continue
+            chosen = store.load(w.scores[w.best]["run_id"]) if w.best is not None else None
+            record = w.record(chosen)
+            store.add(record, store.load_arrays(chosen["run_id"]) if chosen else None)
+            advance()
+            if progress:
+                log(f"select {w.selection.method} seed {w.selection.seed}: " + "; ".join(
+                    f"{', '.join(f'{n}={c[n]}' for n, _ in w.selection.grid)} val NLL "
+                    + ("-" if c["val_nll_nats"] is None else f"{c['val_nll_nats']:.4f}") for c in w.scores)
+                    + f" -> {record.get('selected', 'nothing')} ({w.stopped})")

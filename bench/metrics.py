@@ -10,6 +10,98 @@ from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 ECE_BINS = 15
 NLL_CLAMP = 1e-12  # probabilities are clamped before the log so one confident mistake stays finite
+SUM_TOLERANCE = 1e-4  # predicted probabilities must sum to 1 over classes within this
+OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+PRIMARY = "primary"  # the score column of each run's own primary score (tables and plots)
+
+
+# -- column names: the one place that makes and reads them -----------------------------------
+
+def ood_column(metric: str, score: str, ood_set: str) -> str:
+    """'auroc', 'pred_entropy', 'mnist' -> 'auroc_pred_entropy_vs_mnist'."""
+    return f"{metric}_{score}_vs_{ood_set}"
+
+
+def read_ood_column(column: str) -> tuple[str, str, str] | None:
+    """'auroc_pred_entropy_vs_mnist' -> ('auroc', 'pred_entropy', 'mnist'); None for any other column."""
+    head, sep, ood_set = column.rpartition("_vs_")
+    metric = next((m for m in sorted(OOD_METRICS, key=len, reverse=True) if head.startswith(f"{m}_")), None)
+    if not sep or not ood_set or metric is None or len(head) == len(metric) + 1:
+        return None
+    return metric, head[len(metric) + 1:], ood_set
+
+
+def uncertainty_column(name: str, ood_set: str | None = None) -> str:
+    """Mean uncertainty in bits: 'id_pred_entropy_bits', or 'ood_<set>_pred_entropy_bits'."""
+    return f"{'id' if ood_set is None else f'ood_{ood_set}'}_{name}_bits"
+
+
+def scored_sets(runs) -> list[str]:
+    """The OOD sets of these runs (``ood_sets`` order) that have metric columns (a skipped set has none)."""
+    scored = {parsed[2] for parsed in map(read_ood_column, runs.columns) if parsed}
+    named = dict.fromkeys(s for value in runs.get("ood_sets", []) for s in str(value).split())
+    return [s for s in named if s in scored]
+
+
+def with_primary(runs, sets: list[str], metric: str = "auroc"):
+    """The runs plus a column ood_column(metric, PRIMARY, set) per set: each run's metric by the
+    score its method is reported with (its ``primary_score``)."""
+    return runs.assign(**{ood_column(metric, PRIMARY, s): [r.get(ood_column(metric, r["primary_score"], s), np.nan)
+                                                           for _, r in runs.iterrows()] for s in sets})
+
+
+def ood_table(runs):
+    """The OOD results in long form, one row per (run, score, OOD set): run_id, method, variant,
+    seed, score, ood_set and one column per metric (the shape OpenOOD's evaluator returns)."""
+    import pandas as pd
+    keys = ["run_id", "method", "variant", "seed", "score", "ood_set"]
+    columns = {c: read_ood_column(c) for c in runs.columns}
+    columns = {c: parsed for c, parsed in columns.items() if parsed and parsed[1] != PRIMARY}
+    if runs.empty or not columns:
+        return pd.DataFrame(columns=keys + list(OOD_METRICS))
+    long = runs[["run_id", "method", "variant", "seed", *columns]].melt(
+        id_vars=["run_id", "method", "variant", "seed"], var_name="column").dropna(subset=["value"])
+    parsed = long["column"].map(columns)
+    long = long.assign(metric=parsed.str[0], score=parsed.str[1], ood_set=parsed.str[2])
+    table = long.pivot_table(index=keys, columns="metric", values="value", sort=False).reset_index()
+    table.columns.name = None
+    table = table.sort_values(["method", "variant", "seed", "score", "ood_set"], kind="stable")
+    return table[keys + [m for m in OOD_METRICS if m in table]].reset_index(drop=True)
+
+
+# -- the contract a method's predictions must meet before any metric is computed -------------
+
+class InvalidPredictions(ValueError):
+    """A method's predictions or own scores break the contract (one line: what and where)."""
+
+
+def check_probabilities(probs, n: int, classes: int, what: str = "predictions") -> None:
+    """(samples, n, classes) array, finite, in [0, 1], each row summing to 1 within SUM_TOLERANCE."""
+    if not isinstance(probs, np.ndarray):
+        raise InvalidPredictions(f"{what}: a {type(probs).__name__}, not a numpy array")
+    if probs.ndim != 3 or probs.shape[0] < 1 or probs.shape[1:] != (n, classes):
+        raise InvalidPredictions(f"{what}: shape {probs.shape}, expected (samples, {n}, {classes})")
+    bad = ~np.isfinite(probs)
+    if bad.any():
+        raise InvalidPredictions(f"{what}: {int(bad.sum())} non-finite values")
+    if probs.min() < 0 or probs.max() > 1:
+        raise InvalidPredictions(f"{what}: values outside [0, 1] (min {probs.min():.4g}, max {probs.max():.4g}); "
+                                 "probabilities expected, not logits")
+    off = np.abs(probs.astype(np.float64).sum(axis=-1) - 1.0)
+    if off.max() > SUM_TOLERANCE:
+        raise InvalidPredictions(f"{what}: rows do not sum to 1 over classes (off by up to {off.max():.3g}, "
+                                 f"tolerance {SUM_TOLERANCE:g})")
+
+
+def check_own_scores(scores, n: int, what: str = "own scores") -> None:
+    """Every own score a finite (n,) array."""
+    if not isinstance(scores, dict):
+        raise InvalidPredictions(f"{what}: a {type(scores).__name__}, not a dict of name -> (N,) array")
+    for name, values in scores.items():
+        if not isinstance(values, np.ndarray) or values.shape != (n,):
+            raise InvalidPredictions(f"{what}: {name} has shape {getattr(values, 'shape', None)}, expected ({n},)")
+        if not np.isfinite(values).all():
+            raise InvalidPredictions(f"{what}: {name} has {int((~np.isfinite(values)).sum())} non-finite values")
 
 
 def entropy_bits(p: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -103,17 +195,17 @@ def evaluate(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: dict[str, n
         metrics.update({k: v for k, v in classification_metrics(probs_val, labels_val, "val").items()
                         if k in ("val_acc", "val_nll_nats")})
     for name, values in uncertainty_decomposition(probs_id).items():
-        metrics[f"id_{name}_bits"] = float(values.mean())
+        metrics[uncertainty_column(name)] = float(values.mean())
     for ood_set, probs in probs_ood.items():
         for name, values in uncertainty_decomposition(probs).items():
-            metrics[f"ood_{ood_set}_{name}_bits"] = float(values.mean())
+            metrics[uncertainty_column(name, ood_set)] = float(values.mean())
     id_scores = {**ood_scores(probs_id), **(own_id or {})}
     set_scores = {ood_set: {**ood_scores(probs), **(own_ood or {}).get(ood_set, {})}
                   for ood_set, probs in probs_ood.items()}
     for score, s_id in id_scores.items():
         for ood_set, s_ood in set_scores.items():
             for metric, value in ood_metrics(s_id, s_ood[score]).items():
-                metrics[f"{metric}_{score}_vs_{ood_set}"] = value
+                metrics[ood_column(metric, score, ood_set)] = value
     scores = {score: (s_id, {ood_set: s[score] for ood_set, s in set_scores.items()})
               for score, s_id in id_scores.items()}
     return metrics, scores

@@ -34,6 +34,20 @@ def member_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> 
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def init_bounds(init: str, fan_in: int, fan_out: int) -> tuple[float, float | None]:
+    """The bounds a of the U(-a, a) draws of a layer's weights and biases (None: zero biases).
+
+    init 'torch': nn.Linear's default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias.
+    init 'glorot': Keras' default, weights U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), zero biases.
+    """
+    if init == "glorot":
+        return math.sqrt(6.0 / (fan_in + fan_out)), None
+    if init == "torch":
+        bound = 1.0 / math.sqrt(fan_in)
+        return bound, bound
+    raise ValueError(f"unknown init {init!r}")
+
+
 class StackedMLP(nn.Module):
     """``members`` independent ReLU MLPs ``in_features -> *hidden -> out_features``.
 
@@ -75,20 +89,14 @@ class StackedMLP(nn.Module):
 
     @torch.no_grad()
     def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
-        """init 'torch': nn.Linear's default, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias.
-        init 'glorot': Keras' default, weights U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), zero biases."""
+        """Member m's weights and biases drawn from ``generator`` by the ``init`` rule (init_bounds)."""
         for weight, bias in zip(self.weights, self.biases):
-            fan_in, fan_out = weight.shape[1], weight.shape[2]
-            if init == "glorot":
-                bound = math.sqrt(6.0 / (fan_in + fan_out))
-                weight[m].uniform_(-bound, bound, generator=generator)
+            weight_bound, bias_bound = init_bounds(init, weight.shape[1], weight.shape[2])
+            weight[m].uniform_(-weight_bound, weight_bound, generator=generator)
+            if bias_bound is None:
                 bias[m].zero_()
-            elif init == "torch":
-                bound = 1.0 / math.sqrt(fan_in)
-                weight[m].uniform_(-bound, bound, generator=generator)
-                bias[m].uniform_(-bound, bound, generator=generator)
             else:
-                raise ValueError(f"unknown init {init!r}")
+                bias[m].uniform_(-bias_bound, bias_bound, generator=generator)
 
     def layer_weight(self, layer: int) -> torch.Tensor:
         """The (members, in, out) weight that layer ``layer`` applies; a subclass may constrain it."""

@@ -18,6 +18,7 @@ import pandas as pd
 
 from bench.config import Protocol, named_file
 from bench.errors import ConfigError
+from bench.metrics import ood_column
 
 PUBLISHED_DIR = Path(__file__).with_name("published")
 PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
@@ -71,7 +72,7 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
                 column, metric, score = "id_acc", "accuracy_pct", ""
             else:
                 score = row["primary_score"]
-                column, metric = f"auroc_{score}_vs_{ood_set}", "auroc_pct"
+                column, metric = ood_column("auroc", score, ood_set), "auroc_pct"
             paper = published[(published["method"] == row["label"]) & (published["metric"] == metric)
                               & (published["ood_set"] == (ood_set or ""))]
             mean = row.get(f"{column}_mean", math.nan)

@@ -14,6 +14,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from sklearn.metrics import roc_curve  # noqa: E402
 
+from bench.metrics import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
 from bench.store import RunStore  # noqa: E402
 
 # every file plot_all writes matches one of these (a new report replaces them all)
@@ -28,12 +29,6 @@ def _score_label(score: str) -> str:
 
 def _primary(runs: pd.DataFrame, variant: str) -> str:
     return str(runs.loc[runs["variant"] == variant, "primary_score"].iloc[0])
-
-
-def _ood_sets(runs: pd.DataFrame) -> list[str]:
-    """OOD sets scored in these runs (skipped sets have no metric columns)."""
-    sets = dict.fromkeys(s for v in runs["ood_sets"] for s in str(v).split())
-    return [s for s in sets if any(c.endswith(f"_vs_{s}") for c in runs.columns)]
 
 
 def _palette(variants: list[str]) -> dict[str, tuple]:
@@ -55,10 +50,8 @@ def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] |
     variants = list(dict.fromkeys(runs["variant"]))
     colors = _palette(variants)
     arrays = {rid: store.load_arrays(rid) for rid in runs["run_id"]}
-    sets = _ood_sets(runs)
-    # each run's AUROC by the score its method is reported with
-    runs = runs.assign(**{f"auroc_primary_vs_{s}": [r[f"auroc_{r['primary_score']}_vs_{s}"] for _, r in runs.iterrows()]
-                          for s in sets})
+    sets = scored_sets(runs)
+    runs = with_primary(runs, sets)  # each run's AUROC by the score its method is reported with
     title = protocol or _protocol_title(runs)
     files = [_comparison(store.out / f"comparison{tag}.png", title, runs, variants, colors, sets)]
     if sets:
@@ -74,8 +67,8 @@ def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] |
 
 def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
     panels = ([("id_acc", "ID test accuracy")]
-              + [(f"auroc_primary_vs_{s}", f"AUROC vs {s}\n(each method's score)") for s in sets]
-              + [(f"auroc_mutual_info_vs_{s}", f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
+              + [(ood_column("auroc", PRIMARY, s), f"AUROC vs {s}\n(each method's score)") for s in sets]
+              + [(ood_column("auroc", "mutual_info", s), f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
               + [("id_ece", "ID ECE (15 bins)")])
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.7 * len(variants) + 2.2),
                              sharey=True)
@@ -137,7 +130,7 @@ def _roc_curves(path: Path, title: str, runs, variants, colors, arrays, ood_set:
         for i, rid in enumerate(sub["run_id"]):
             s_id, s_ood = arrays[rid][f"id_{score}"], arrays[rid][f"ood_{ood_set}_{score}"]
             fpr, tpr, _ = roc_curve(np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))], np.r_[s_id, s_ood])
-            auroc = sub[f"auroc_{score}_vs_{ood_set}"]
+            auroc = sub[ood_column("auroc", score, ood_set)]
             label = (f"{variant}\n{_score_label(score)}: AUROC {auroc.mean():.3f} ± "
                      f"{auroc.std(ddof=1) if len(auroc) > 1 else 0:.3f}")
             ax.plot(fpr, tpr, color=colors[variant], alpha=0.8, linewidth=1.3, label=label if i == 0 else None)

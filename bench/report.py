@@ -4,19 +4,22 @@ gets its own section and its own plots, and every table and plot names the proto
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import sys
+from typing import Callable
 
 import pandas as pd
 
 from bench.config import Protocol
 from bench.errors import BenchError
-from bench.store import RunStore, summarize
+from bench.metrics import OOD_METRICS, ood_column
+from bench.store import RunStore, sorted_runs, summarize, without_candidates
 
-# (column, title, scale, digits); {score} is each row's primary score, {set} each OOD set
+# (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
 HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
-            ("auroc_{score}_vs_{set}", "AUROC vs {set}", 1, 3), ("fpr95_{score}_vs_{set}", "FPR@95 vs {set}", 1, 3),
+            ("auroc", "AUROC vs {set}", 1, 3), ("fpr95", "FPR@95 vs {set}", 1, 3),
             ("train_seconds", "train s", 1, 1)]
 PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
 
@@ -71,7 +74,8 @@ def _norm(value) -> str:
 
 def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
     """Whether these runs (one protocol) are of one shipped preset and have its protocol values."""
-    from bench.config import available_presets, load_preset, make_protocol
+    from bench.config import make_protocol
+    from bench.grid import available_presets, load_preset
     presets = set(map(str, runs.get("preset", [])))
     if len(presets) != 1 or (preset := presets.pop()) not in available_presets():
         return False
@@ -85,14 +89,21 @@ def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
     return all(_norm(first[c]) == _norm(own[c]) for c in cols)
 
 
-def headline(summary) -> list[tuple[str, str, float, int]]:
-    """HEADLINE with {set} expanded to the OOD sets present; {score} stays per row."""
+def headline(summary) -> list[tuple[Callable[[str], str], str, float, int]]:
+    """HEADLINE with the OOD metrics expanded to the OOD sets present: (the column for a row's
+    primary score, title, scale, digits)."""
     sets = list(dict.fromkeys(s for v in summary.get("ood_sets", []) for s in str(v).split()))
     out = []
     for col, title, scale, digits in HEADLINE:
-        for s in (sets if "{set}" in col else [None]):
-            out.append((col.replace("{set}", s or ""), title.replace("{set}", s or ""), scale, digits))
+        if col in OOD_METRICS:
+            out += [(functools.partial(_ood_column, col, s), title.replace("{set}", s), scale, digits) for s in sets]
+        else:
+            out.append((lambda _score, c=col: c, title, scale, digits))
     return out
+
+
+def _ood_column(metric: str, ood_set: str, score: str) -> str:
+    return ood_column(metric, score, ood_set)
 
 
 def mean_std(mean, std, scale: float, digits: int) -> str:
@@ -117,9 +128,8 @@ def format_summary(summary, markdown: bool = False) -> str:
             n += f" ({round(restored * row['n'])} members non-finite, checkpoint kept)"
         score = row.get("primary_score", "pred_entropy")
         lines.append([str(row["variant"]), n, score] + [
-            mean_std(row.get(f"{col.replace('{score}', score)}_mean"),
-                     row.get(f"{col.replace('{score}', score)}_std"), scale, digits)
-            for col, _, scale, digits in columns] + ([str(row.get("selected") or "")] if chosen else []))
+            mean_std(row.get(f"{column(score)}_mean"), row.get(f"{column(score)}_std"), scale, digits)
+            for column, _, scale, digits in columns] + ([str(row.get("selected") or "")] if chosen else []))
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(out + ["| " + " | ".join(c) + " |" for c in lines])
@@ -127,10 +137,22 @@ def format_summary(summary, markdown: bool = False) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
 
 
+def report_folder(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bool = True, echo=print) -> list:
+    """The report of every run in a results folder (selection candidates left out: their selection
+    stands for them), with the paper table of the first shipped preset among the runs that names one.
+    Every command that renders a folder renders it this way, so the same records give the same files."""
+    from bench.grid import available_presets, load_preset
+    runs = without_candidates(sorted_runs(runs))
+    known = set(available_presets())
+    tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
+    return write_report(store, runs, keys, plots, compare_to=next((t for t in tables if t), None), echo=echo)
+
+
 def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bool = True,
                  compare_to: str | None = None, echo=print) -> list:
     """summary.md (one section per protocol) and the plots of each protocol; the paper table when a
     preset names one. Prints the summary. Returns the files written."""
+    runs = sorted_runs(runs)  # the order of `bench report`, whatever order a grid ran in
     groups = protocol_groups(runs)
     sections, files = [], []
     for group in groups:

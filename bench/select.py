@@ -16,7 +16,7 @@ import hashlib
 import itertools
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from bench.config import RunConfig, make_run_config
 from bench.errors import ConfigError
@@ -27,6 +27,8 @@ SCORE = "val_nll_nats"  # the validation NLL of the member-averaged softmax
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
+    """One selection: a grid item (``bench.grid.GridItem``) of kind "selection"."""
+    kind: ClassVar[str] = "selection"
     method: str
     fixed: dict[str, Any]                          # options that do not vary
     grid: tuple[tuple[str, tuple[Any, ...]], ...]  # (name, values in walk order), product in this order
@@ -40,6 +42,15 @@ class Selection:
         return [make_run_config(self.method, {**self.fixed, **dict(zip(names, combo))}, self.protocol,
                                 self.seed, self.preset)
                 for combo in itertools.product(*(values for _, values in self.grid))]
+
+    def runs(self) -> list[RunConfig]:
+        return self.candidates()
+
+    @property
+    def fixed_options(self) -> dict[str, Any]:
+        """Every option but the walked ones, defaults filled in."""
+        walked = dict(self.grid)
+        return {k: v for k, v in self.candidates()[0].method_options.items() if k not in walked}
 
     def __post_init__(self):
         if isinstance(self.early_break, dict):  # the grid's own value: {sigma = 10} and {sigma = 10.0} agree
@@ -62,8 +73,7 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         first = self.candidates()[0]
-        return {"select": self.spec, **first.to_dict(),
-                "method_options": {k: v for k, v in first.method_options.items() if k not in dict(self.grid)}}
+        return {"select": self.spec, **first.to_dict(), "method_options": self.fixed_options}
 
     @property
     def run_id(self) -> str:
@@ -72,7 +82,7 @@ class Selection:
 
     @property
     def variant(self) -> str:
-        fixed = ", ".join(f"{k}={v}" for k, v in self.to_dict()["method_options"].items() if v is not None)
+        fixed = ", ".join(f"{k}={v}" for k, v in self.fixed_options.items() if v is not None)
         return f"{self.method}({fixed}; select {self.spec})"
 
     def row(self) -> dict[str, Any]:

@@ -23,9 +23,11 @@ import pandas as pd
 
 from bench.errors import BenchError
 
-# ok: metrics; diverged: non-finite loss/parameters; error: could not start (e.g. its reference failed)
+# ok: metrics; diverged: non-finite loss/parameters; error: the method raised, its predictions broke
+# the contract, or it could not start (e.g. its reference failed)
 FINISHED = ("ok", "diverged", "error")
-NOT_IN_TABLES = ("config", "config_columns", "history", "candidates")  # nested: kept in the record only
+RETRIED = ("error",)  # a grid runs these again (the method may have been fixed); the others are reused
+NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback")  # kept in the record only
 # numeric columns that describe a run's execution, not its result: never summarised
 NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized"}
 
@@ -106,15 +108,22 @@ class RunStore:
         return record
 
     def check(self, run_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
-        """({run id: its complete record}, one problem line per corrupt record)."""
+        """({run id: its complete record, for a grid to reuse}, one line per record it will not reuse:
+        a corrupt one, or a run that ended in error, which runs again)."""
         finished, problems = {}, []
         for run_id in run_ids:
             try:
-                finished[run_id] = self.load(run_id)
+                record = self.load(run_id)
             except FileNotFoundError:
-                pass
+                continue
             except CorruptRecord as exc:
                 problems.append(f"record {self.record_path(run_id)} is corrupt ({exc}); its run will be redone")
+                continue
+            if record["status"] in RETRIED:
+                problems.append(f"{record.get('variant', run_id)} seed {record.get('seed')} ended in error last "
+                                f"time ({record.get('error')}); it runs again")
+            else:
+                finished[run_id] = record
         return finished, problems
 
     def scan(self) -> tuple[list[dict], list[str]]:
@@ -153,7 +162,9 @@ class RunStore:
         return out
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
-        """runs.csv and summary.csv from every record. Returns (runs, summary, config columns, problems)."""
+        """runs.csv, summary.csv and ood.csv (the OOD metrics in long form) from every record.
+        Returns (runs, summary, config columns, problems)."""
+        from bench.metrics import ood_table
         self.ensure()
         records, problems = self.scan()
         runs = records_frame(records, self.candidates())
@@ -161,17 +172,25 @@ class RunStore:
         summary = summarize(runs, keys)
         runs.to_csv(self.out / "runs.csv", index=False)
         summary.to_csv(self.out / "summary.csv", index=False)
+        ood_table(runs).to_csv(self.out / "ood.csv", index=False)
         return runs, summary, keys, problems
 
 
 def records_frame(records: list[dict], candidates: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """One row per record; ``candidate_of`` names the selections a run is a candidate of."""
-    runs = pd.DataFrame([{k: v for k, v in r.items() if k not in NOT_IN_TABLES} for r in records])
+    runs = sorted_runs(pd.DataFrame([{k: v for k, v in r.items() if k not in NOT_IN_TABLES} for r in records]))
     if not runs.empty:
-        runs = runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
         candidates = candidates or {}
         runs["candidate_of"] = runs["run_id"].map(lambda i: " ".join(candidates.get(i, [])))
     return runs
+
+
+def sorted_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The one row order of every table and plot: by method, variant, seed (whatever order a grid
+    ran in), so that re-rendering the same records writes the same bytes."""
+    if runs.empty:
+        return runs
+    return runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
 
 
 def without_candidates(runs: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -51,13 +52,12 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
           progress: bool = True, label: str = "", device: torch.device | str = "cpu",
           vectorize: bool = True, val: Split | None = None) -> TrainResult:
     """Train all members of ``method`` on ``data``; ``val`` is the validation split that the
-    per-epoch validation loss and the checkpoint rule use.
+    per-epoch validation loss and the checkpoint rule use (without one, nothing is checkpointed:
+    that a checkpoint rule has a validation split is ``Method.check_protocol``'s to check).
 
     vectorize=True trains the members together in one stacked computation; False trains them one
     after another (the reference path). Both give the same members for the same seed.
     """
-    if method.checkpoint != "none" and (val is None or len(val) == 0):
-        raise ValueError(f"checkpoint={method.checkpoint} needs a validation split")
     start = time.perf_counter()
     device = torch.device(device)
     x, y = data.x.to(device), data.y.to(device)
@@ -139,124 +139,201 @@ def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor
     return torch.zeros_like(val_loss, dtype=torch.bool)
 
 
+class Members:
+    """The training state of one group of members, over the stacked parameters ``params``: which
+    members still train (``active``), when each stopped, the frozen values of the stopped ones, and
+    each member's checkpoint (the saved weights, their epoch and the best validation loss so far).
+
+    Jointly trained members (``unit``) are one model: checkpointed, stopped and frozen together, on
+    member means.
+    """
+
+    def __init__(self, params: list[torch.Tensor], count: int, epochs: int, unit: bool, device: torch.device):
+        self.params, self.count, self.unit = params, count, unit
+        self.active = torch.ones(count, dtype=torch.bool, device=device)
+        self.epochs_run = [epochs] * count
+        self.nonfinite_epochs = [0] * count  # per member: the epoch its loss or weights went non-finite (0: never)
+        self.frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
+        self.saved: list[torch.Tensor] | None = None   # per-member checkpoint (members not yet saved hold junk)
+        self.kept_epoch = torch.zeros(count, dtype=torch.long, device=device)
+        self.best_val = torch.full((count,), float("inf"), device=device)
+
+    def per_unit(self, decision: torch.Tensor) -> torch.Tensor:
+        """A per-member quantity as the members decide on it: its member mean when they are one unit."""
+        return decision.float().mean().expand(self.count) if self.unit else decision
+
+    def choose(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """a for the members in ``mask`` (a unit: all of them or none), b for the others."""
+        return torch.where(mask.all(), a, b) if self.unit else per_member(mask, a, b)
+
+    @property
+    def all_stopped(self) -> bool:
+        return not bool(self.active.any())
+
+    def stop(self, mask: torch.Tensor, epoch: int, nonfinite: bool = False) -> None:
+        """Stop the members in ``mask`` after ``epoch`` and freeze their current weights."""
+        stopped = torch.nonzero(mask).flatten().tolist()
+        if not stopped:
+            return
+        for m in stopped:
+            self.epochs_run[m] = epoch
+            if nonfinite:
+                self.nonfinite_epochs[m] = epoch
+        self.active &= ~mask
+        self.frozen = [p.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def hold_stopped(self) -> None:
+        """Undo what an optimiser step did to the stopped members (Adam moves them on its momentum)."""
+        if self.frozen is not None:
+            for p, keep in zip(self.params, self.frozen):
+                p.copy_(self.choose(self.active, p, keep))
+
+    def stop_nonfinite(self, epoch_loss: torch.Tensor, epoch: int) -> None:
+        """Stop the members whose loss or weights went non-finite, back on their checkpoint (Keras'
+        restore-on-checkpoint does the same). Raises Diverged when one of them has none."""
+        broken = self.active & ~(torch.isfinite(epoch_loss) & finite_members(self.params, self.count))
+        if not bool(broken.any()):
+            return
+        if self.unit or self.saved is None or not bool((self.kept_epoch[broken] > 0).all()):
+            raise Diverged(epoch)
+        with torch.no_grad():
+            for p, keep in zip(self.params, self.saved):
+                p.copy_(per_member(broken, keep, p))
+        self.stop(broken, epoch, nonfinite=True)
+
+    @torch.no_grad()
+    def checkpoint(self, rule: str, threshold: float | None, val_loss: torch.Tensor, epoch: int) -> None:
+        """Save the current weights of the active members that ``rule`` picks after ``epoch``."""
+        decide = self.per_unit(val_loss)
+        save = checkpoint_mask(rule, decide, self.best_val, threshold) & self.active
+        if self.saved is None:
+            self.saved = [p.detach().clone() for p in self.params]
+        for p, keep in zip(self.params, self.saved):
+            keep.copy_(self.choose(save, p, keep))
+        self.kept_epoch = torch.where(save, epoch, self.kept_epoch)
+        self.best_val = torch.where(save, torch.minimum(self.best_val, decide), self.best_val)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Put back each member's checkpoint; members never saved keep their final weights."""
+        if self.saved is not None:
+            restore = self.kept_epoch > 0
+            for p, keep in zip(self.params, self.saved):
+                p.copy_(self.choose(restore, keep, p))
+
+
+@dataclasses.dataclass
+class _Loop:
+    """What every epoch of one group of members works with."""
+    method: Method
+    protocol: Protocol
+    model: torch.nn.Module
+    state: Any                       # the method's training state (Method.prepare)
+    optimizer: torch.optim.Optimizer
+    members: Members
+    x: torch.Tensor
+    y: torch.Tensor
+    val: tuple[torch.Tensor, torch.Tensor] | None
+    order_gens: list[torch.Generator]
+    member_ids: list[int]
+    device: torch.device
+    label: str
+    progress: bool
+
+
 def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
                    val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, seed: int,
                    member_ids: list[int], device: torch.device, progress: bool, label: str) -> TrainResult:
     torch.manual_seed(seed)  # dropout masks and any other draw a method makes during training
     model = method.build_model(seed, member_ids, x.shape[1], protocol.hidden, n_classes, protocol.init).to(device)
     state = method.prepare(model, seed, member_ids)
-    members, n = model.members, len(y)
-    # joint: one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
-    task_weight = 1.0 / members if method.joint else 1.0
-    # jointly trained members are one model: checkpointed, stopped and frozen together, on member means
-    unit = method.joint
-
-    def per_unit(decision: torch.Tensor) -> torch.Tensor:
-        return decision.float().mean().expand(members) if unit else decision
-
-    def choose(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.where(mask.all(), a, b) if unit else per_member(mask, a, b)
     params = list(model.parameters())
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
     optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
-    saved: list[torch.Tensor] | None = None  # per-member checkpoint (members not yet saved hold junk)
-    kept_epoch = torch.zeros(members, dtype=torch.long, device=device)
-    best_val = torch.full((members,), float("inf"), device=device)
     # independent members each draw their own data order; joint ones share member 0's
     order_gens = [member_generator(seed, m, "data_order") for m in ([0] if method.joint else member_ids)]
-    active = torch.ones(members, dtype=torch.bool, device=device)
-    frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
-    epochs_run = [protocol.epochs] * members
-    nonfinite_epochs = [0] * members  # per member: the epoch its loss or weights went non-finite (0: never)
+    members = Members(params, model.members, protocol.epochs, method.joint, device)
+    loop = _Loop(method, protocol, model, state, optimizer, members, x, y, val, order_gens, member_ids,
+                 device, label, progress)
     history: list[dict] = []
-    steps = math.ceil(n / protocol.batch_size)
-
     for epoch in range(1, protocol.epochs + 1):
-        # index permutations are drawn on the CPU (same stream on every device), moved once per epoch
-        perms = torch.stack([torch.randperm(n, generator=g) for g in order_gens]).to(device)  # (M or 1, N)
-        loss_sum = torch.zeros(members, device=device)
-        correct = torch.zeros(members, device=device)
-        bar = tqdm(range(steps), desc=f"{label} epoch {epoch}/{protocol.epochs}", leave=False,
-                   disable=None if progress else True, unit="step")
-        for step in bar:
-            idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
-            # (M, B, D), (M, B): each member its own batch; index_select is ~3x faster than x[idx].
-            # Joint methods: one (B, D) batch that every member sees (the model broadcasts it).
-            flat = idx.reshape(-1)
-            xb = x.index_select(0, flat).view(*idx.shape, -1)
-            yb = y.index_select(0, flat).view(idx.shape)
-            if method.joint:
-                xb, yb = xb[0], yb.expand(members, -1)
-            logits = model(xb, dropout=True)
-            task = method.task_loss(logits, yb)
-            penalty = method.penalty(model, task, Batch(xb, yb, logits, state))
-            loss = task * task_weight if penalty is None else task * task_weight + penalty
-            optimizer.zero_grad(set_to_none=True)
-            (loss * active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
-            optimizer.step()
-            if frozen is not None:
-                with torch.no_grad():
-                    for p, keep in zip(params, frozen):
-                        p.copy_(choose(active, p, keep))
-            with torch.no_grad():
-                loss_sum += task.detach() * idx.shape[1]
-                correct += (logits.argmax(-1) == yb).sum(dim=1)
-            if not bar.disable and (step % POSTFIX_EVERY == 0 or step == steps - 1):
-                seen = min((step + 1) * protocol.batch_size, n)
-                bar.set_postfix(loss=f"{float((loss_sum / seen)[active].mean()):.3f}",
-                                acc=f"{float((correct / seen)[active].mean()):.3f}",
-                                members=f"{int(active.sum())}/{members} active")
-        bar.close()
+        epoch_loss, epoch_acc = _train_epoch(loop, epoch)
+        if not _end_epoch(loop, epoch, epoch_loss, epoch_acc, history):
+            break
+    members.restore()
+    final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members.count
+    return TrainResult(model, members.epochs_run, history, members.kept_epoch.tolist(), final_val,
+                       member_abs_mean(model).tolist(), nonfinite_epochs=members.nonfinite_epochs)
 
-        epoch_loss, epoch_acc = loss_sum / n, correct / n
-        broken = active & ~(torch.isfinite(epoch_loss) & finite_members(params, members))
-        if bool(broken.any()):
-            # a member whose loss or weights went non-finite keeps its checkpoint and stops, when it
-            # has one (Keras' restore-on-checkpoint does the same); without one the run diverged
-            if unit or saved is None or not bool((kept_epoch[broken] > 0).all()):
-                raise Diverged(epoch)
-            with torch.no_grad():
-                for p, keep in zip(params, saved):
-                    p.copy_(per_member(broken, keep, p))
-            for m in torch.nonzero(broken).flatten().tolist():
-                epochs_run[m] = nonfinite_epochs[m] = epoch
-            active &= ~broken
-            frozen = [p.detach().clone() for p in params]
-            if not active.any():
-                break
-        val_loss = validation_loss(method, model, val) if val is not None else None
-        abs_mean = member_abs_mean(model).tolist()
-        if val_loss is not None and method.checkpoint != "none":
-            decide = per_unit(val_loss)
-            save = checkpoint_mask(method.checkpoint, decide, best_val, method.checkpoint_threshold) & active
-            if saved is None:
-                saved = [p.detach().clone() for p in params]
-            with torch.no_grad():
-                for p, keep in zip(params, saved):
-                    keep.copy_(choose(save, p, keep))
-            kept_epoch = torch.where(save, epoch, kept_epoch)
-            best_val = torch.where(save, torch.minimum(best_val, decide), best_val)
-        for i, m in enumerate(member_ids):
-            if active[i]:
-                history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
-                                "train_acc": float(epoch_acc[i]),
-                                "val_loss": float(val_loss[i]) if val_loss is not None else float("nan"),
-                                "param_abs_mean": abs_mean[i]})
-        if protocol.early_stop_acc is not None:
-            stopping = active & (per_unit(epoch_acc) >= protocol.early_stop_acc)
-            if stopping.any():
-                for m in torch.nonzero(stopping).flatten().tolist():
-                    epochs_run[m] = epoch
-                active &= ~stopping
-                frozen = [p.detach().clone() for p in params]
-                if not active.any():
-                    break
 
-    if saved is not None:  # restore each member's checkpoint; members never saved keep their final weights
-        restore = kept_epoch > 0
+def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass over the training data; returns each member's mean task loss and accuracy."""
+    protocol, members, n = loop.protocol, loop.members, len(loop.y)
+    steps = math.ceil(n / protocol.batch_size)
+    # index permutations are drawn on the CPU (same stream on every device), moved once per epoch
+    perms = torch.stack([torch.randperm(n, generator=g) for g in loop.order_gens]).to(loop.device)  # (M or 1, N)
+    loss_sum = torch.zeros(members.count, device=loop.device)
+    correct = torch.zeros(members.count, device=loop.device)
+    bar = tqdm(range(steps), desc=f"{loop.label} epoch {epoch}/{protocol.epochs}", leave=False,
+               disable=None if loop.progress else True, unit="step")
+    for step in bar:
+        idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
+        logits, task, yb = _step(loop, idx)
         with torch.no_grad():
-            for p, keep in zip(params, saved):
-                p.copy_(choose(restore, keep, p))
-    final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members
-    return TrainResult(model, epochs_run, history, kept_epoch.tolist(), final_val, member_abs_mean(model).tolist(),
-                       nonfinite_epochs=nonfinite_epochs)
+            loss_sum += task.detach() * idx.shape[1]
+            correct += (logits.argmax(-1) == yb).sum(dim=1)
+        if not bar.disable and (step % POSTFIX_EVERY == 0 or step == steps - 1):
+            seen = min((step + 1) * protocol.batch_size, n)
+            active = members.active
+            bar.set_postfix(loss=f"{float((loss_sum / seen)[active].mean()):.3f}",
+                            acc=f"{float((correct / seen)[active].mean()):.3f}",
+                            members=f"{int(active.sum())}/{members.count} active")
+    bar.close()
+    return loss_sum / n, correct / n
+
+
+def _step(loop: _Loop, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One optimiser step on the batch ``idx`` (M or 1, B); returns the logits, task loss and targets."""
+    method, model, members = loop.method, loop.model, loop.members
+    # (M, B, D), (M, B): each member its own batch; index_select is ~3x faster than x[idx].
+    # Joint methods: one (B, D) batch that every member sees (the model broadcasts it).
+    flat = idx.reshape(-1)
+    xb = loop.x.index_select(0, flat).view(*idx.shape, -1)
+    yb = loop.y.index_select(0, flat).view(idx.shape)
+    if method.joint:
+        xb, yb = xb[0], yb.expand(members.count, -1)
+    logits = model(xb, dropout=True)
+    task = method.task_loss(logits, yb)
+    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state))
+    # joint: one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
+    task_weight = 1.0 / members.count if method.joint else 1.0
+    loss = task * task_weight if penalty is None else task * task_weight + penalty
+    loop.optimizer.zero_grad(set_to_none=True)
+    (loss * members.active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
+    loop.optimizer.step()
+    members.hold_stopped()
+    return logits, task, yb
+
+
+def _end_epoch(loop: _Loop, epoch: int, epoch_loss: torch.Tensor, epoch_acc: torch.Tensor,
+               history: list[dict]) -> bool:
+    """After an epoch: stop non-finite members, checkpoint, record the history and stop the members
+    that reached the early-stop accuracy. Returns whether any member trains on."""
+    method, members, early_stop_acc = loop.method, loop.members, loop.protocol.early_stop_acc
+    members.stop_nonfinite(epoch_loss, epoch)
+    if members.all_stopped:
+        return False
+    val_loss = validation_loss(method, loop.model, loop.val) if loop.val is not None else None
+    abs_mean = member_abs_mean(loop.model).tolist()
+    if val_loss is not None and method.checkpoint != "none":
+        members.checkpoint(method.checkpoint, method.checkpoint_threshold, val_loss, epoch)
+    for i, m in enumerate(loop.member_ids):
+        if members.active[i]:
+            history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
+                            "train_acc": float(epoch_acc[i]),
+                            "val_loss": float(val_loss[i]) if val_loss is not None else float("nan"),
+                            "param_abs_mean": abs_mean[i]})
+    if early_stop_acc is not None:
+        members.stop(members.active & (members.per_unit(epoch_acc) >= early_stop_acc), epoch)
+    return not members.all_stopped

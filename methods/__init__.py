@@ -35,16 +35,58 @@ from methods.single_network import SingleNetwork
 ENTRY_POINT_GROUP = "dare_bench.methods"
 _BUILTIN: tuple[type[Method], ...] = (DeepEnsemble, DARE, MCDropout, SingleNetwork, AnchorNet, MOD, NegCorr, RDE,
                                       BatchEnsemble, PackedEnsemble)
-REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in _BUILTIN}
-SOURCES: dict[str, str] = {cls.name: "built in" for cls in _BUILTIN}  # name -> where it came from
+REGISTRY: dict[str, type[Method]] = {}
+SOURCES: dict[str, str] = {}  # name -> where it came from
 _plugin_files: dict[Path, list[str]] = {}  # resolved plugin path -> the names it registered
 _entry_points_loaded = False
 
 
+def _shown(fn) -> str:
+    """'penalty(self, model, task_loss, batch)': a signature by its parameter names."""
+    params = inspect.signature(fn).parameters.values()
+    return f"{fn.__name__}(" + ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}"
+                                         for p in params) + ")"
+
+
+def hook_problem(cls: type[Method], hook: str) -> str | None:
+    """Why ``cls``'s override of the Method hook ``hook`` cannot be called as the harness calls it
+    (the base's arguments by position, those with defaults by name), or None."""
+    base = inspect.getattr_static(Method, hook)
+    own = next(vars(k)[hook] for k in cls.__mro__ if hook in vars(k))
+    if own is base:
+        return None
+    if isinstance(base, property):  # a property may become another property or a plain value
+        if isinstance(own, property) or not callable(own):
+            return None
+        return f"{cls.__name__}.{hook} must be a property or a plain value, as methods.Method.{hook} is"
+    if isinstance(base, classmethod) and not isinstance(own, classmethod):
+        return f"{cls.__name__}.{hook} must be a classmethod, as methods.Method.{hook} is"
+    base_fn = base.__func__ if isinstance(base, classmethod) else base
+    own_fn = own.__func__ if isinstance(own, (classmethod, staticmethod)) else own
+    if not callable(own_fn):
+        return f"{cls.__name__}.{hook} is not a function"
+    params = list(inspect.signature(base_fn).parameters.values())
+    try:
+        inspect.signature(own_fn).bind(*[p.name for p in params if p.default is p.empty],
+                                       **{p.name: p.default for p in params if p.default is not p.empty})
+    except TypeError:
+        return f"{cls.__name__}.{_shown(own_fn)} does not match the method API: expected {_shown(base_fn)}"
+    return None
+
+
+# every function, classmethod and property of Method is a hook a method may override
+HOOKS = tuple(name for name, attr in vars(Method).items() if not name.startswith("_")
+              and (inspect.isfunction(attr) or isinstance(attr, (property, classmethod))))
+
+
 def register(cls: type, source: str) -> type[Method]:
-    """Add a method class under ``cls.name``; ConfigError for a non-method, an empty or taken name."""
+    """Add a method class under ``cls.name``; ConfigError for a non-method, an empty or taken name,
+    or a hook overridden with another signature than the base's."""
     if not (isinstance(cls, type) and issubclass(cls, Method)) or cls is Method:
         raise ConfigError(f"{source}: {cls!r} is not a methods.Method subclass")
+    problem = next(filter(None, (hook_problem(cls, hook) for hook in HOOKS)), None)
+    if problem:
+        raise ConfigError(f"{source}: {problem}")
     name = cls.name
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{source}: method class {cls.__name__} has an empty name (set name = \"...\")")
@@ -54,6 +96,10 @@ def register(cls: type, source: str) -> type[Method]:
         raise ConfigError(f"{source}: method name '{name}' is already registered ({SOURCES[name]})")
     REGISTRY[name], SOURCES[name] = cls, source
     return cls
+
+
+for _cls in _BUILTIN:  # the built-ins pass the same checks as any plugin
+    register(_cls, "built in")
 
 
 def load_plugin(path: str | Path) -> list[str]:

@@ -91,6 +91,13 @@ class Method:
                               f"({cls.name} has none); use none or best")
         return values
 
+    def check_protocol(self, protocol: Any, what: str) -> None:
+        """Checks of the options against the run's protocol (``bench.config.Protocol``: its
+        ``n_classes``, ``val_size``, ...), made while a grid is validated, before anything trains.
+        Raise ConfigError with one line. Call super() when overriding."""
+        if self.checkpoint != "none" and protocol.val_size == 0:
+            raise ConfigError(f"{what}: checkpoint={self.checkpoint} needs a validation split; set val_size > 0")
+
     @property
     def n_networks(self) -> int:
         return self.members  # type: ignore[attr-defined]

@@ -10,11 +10,11 @@ cross-entropies), and are checkpointed as one model, as torch-uncertainty does. 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 from torch import nn
 
+from bench.models import init_bounds
 from bench.options import choice, option
 from bench.seeding import member_generator
 from methods.base import Method
@@ -37,14 +37,13 @@ class BatchEnsembleMLP(nn.Module):
     def reset(self, seed: int, init: str, rank1_init: str) -> None:
         shared = member_generator(seed, 0, "init")           # W: one draw for the whole ensemble
         for w, bias in zip(self.shared, self.bias):
-            fan_in, fan_out = w.shape
-            bound = math.sqrt(6.0 / (fan_in + fan_out)) if init == "glorot" else 1.0 / math.sqrt(fan_in)
-            w.uniform_(-bound, bound, generator=shared)
+            weight_bound, bias_bound = init_bounds(init, *w.shape)
+            w.uniform_(-weight_bound, weight_bound, generator=shared)
             for m in range(self.members):
-                if init == "glorot":
+                if bias_bound is None:
                     bias[m].zero_()
                 else:
-                    bias[m].uniform_(-bound, bound, generator=shared)
+                    bias[m].uniform_(-bias_bound, bias_bound, generator=shared)
         for m in range(self.members):                        # rank-1 factors: each member its stream
             generator = member_generator(seed, m, "method")
             for factor in (*self.r, *self.s):

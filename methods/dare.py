@@ -58,6 +58,12 @@ class DARE(DeepEnsemble):
             raise ConfigError(f"{what}: give threshold or delta")
         return values
 
+    def check_protocol(self, protocol: Any, what: str) -> None:
+        super().check_protocol(protocol, what)
+        if self.delta is not None and protocol.val_size == 0:
+            raise ConfigError(f"{what}: delta={self.delta} sets tau from the reference's validation loss; "
+                              "set val_size > 0")
+
     @property
     def label(self) -> str:
         return "DARE" if self.loss == "mse" else "DARE (NLL)"

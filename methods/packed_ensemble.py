@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 
 from bench.errors import ConfigError
-from bench.models import StackedMLP
+from bench.models import StackedMLP, init_bounds
 from bench.options import option, parse_float, parse_int
 from bench.seeding import member_generator
 from methods.base import Method
@@ -38,9 +39,6 @@ class PackedMLP(StackedMLP):
     """A stacked MLP whose weights after the first layer are masked to ``gamma`` groups per member."""
 
     def __init__(self, members: int, in_features: int, hidden: tuple[int, ...], out_features: int, gamma: int):
-        if out_features % gamma:
-            raise ConfigError(f"packed_ensemble: gamma={gamma} must divide the {out_features} classes "
-                              "(the output layer is split into gamma groups too)")
         super().__init__(members, in_features, hidden, out_features)
         sizes = [in_features, *hidden, out_features]
         for layer in range(len(sizes) - 1):
@@ -55,12 +53,12 @@ class PackedMLP(StackedMLP):
         """As StackedMLP's, with each block's own fan-in and fan-out; masked weights set to zero."""
         for weight, bias, mask in zip(self.weights, self.biases, self.masks()):
             fan_in, fan_out = int(mask[:, 0].sum()), int(mask[0].sum())  # one block's shape
-            bound = math.sqrt(6.0 / (fan_in + fan_out)) if init == "glorot" else 1.0 / math.sqrt(fan_in)
-            weight[m].uniform_(-bound, bound, generator=generator).mul_(mask)
-            if init == "glorot":
+            weight_bound, bias_bound = init_bounds(init, fan_in, fan_out)
+            weight[m].uniform_(-weight_bound, weight_bound, generator=generator).mul_(mask)
+            if bias_bound is None:
                 bias[m].zero_()
             else:
-                bias[m].uniform_(-1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in), generator=generator)
+                bias[m].uniform_(-bias_bound, bias_bound, generator=generator)
 
     def layer_weight(self, layer: int) -> torch.Tensor:
         # the mask is applied in the forward pass too, so masked weights get no gradient and stay zero
@@ -78,6 +76,12 @@ class PackedEnsemble(Method):
                           help="width multiplier of the packed network")
     gamma: int = option(1, parse=parse_int, check=lambda v: v >= 1, allowed="an integer >= 1",
                         help="groups inside each member's layers after the first (must divide the classes)")
+
+    def check_protocol(self, protocol: Any, what: str) -> None:
+        super().check_protocol(protocol, what)
+        if protocol.n_classes % self.gamma:
+            raise ConfigError(f"{what}: gamma={self.gamma} must divide the {protocol.n_classes} classes "
+                              "(the output layer is split into gamma groups too)")
 
     @property
     def label(self) -> str:

@@ -1,12 +1,11 @@
 """Ablations: axes found from the grid, the long table's statistics, the command end to end."""
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from types import SimpleNamespace
 
 from bench.ablation import ablation_table, axes_of, config_axes
 from bench.cli import main
@@ -41,13 +40,13 @@ def test_axes_are_the_options_that_vary_within_a_method():
 
 def test_a_planned_grid_has_the_axes_its_runs_will_have():
     def config(method, **options):
-        return SimpleNamespace(method=method, method_options=options)
+        return SimpleNamespace(method=method, fixed_options=options)
     grid = [config("dare", members=m, threshold=t) for m in (1, 3) for t in (None, 0.3)]
     grid += [config("deep_ensemble", members=1)]
     assert config_axes(grid) == ["members", "threshold"]  # None counts as a value
     assert config_axes([config("dare", members=1, threshold=0.3), config("deep_ensemble", members=3)]) == []
     # a selection's walked option is not in its fixed options, so it is no axis
-    assert config_axes([SimpleNamespace(method="mod", fixed={"members": 5})]) == []
+    assert config_axes([SimpleNamespace(method="mod", fixed_options={"members": 5})]) == []
     assert config_axes([]) == []
 
 

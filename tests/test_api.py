@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 import bench
-from bench import executors
+from bench import api, executors
 from bench.errors import BenchError, ConfigError
 
 TINY = dict(seeds=[0, 1], protocol={"epochs": 2, "val_size": 50, "early_stop_acc": None}, progress=False,
@@ -81,3 +81,21 @@ def test_a_presets_out_is_the_default_folder(tmp_path):
     assert api.plan(str(preset)).store.out == tmp_path / "here"
     assert api.plan(str(preset), out=tmp_path / "there").store.out == tmp_path / "there"
     assert api.plan("ablate-dare").store.out.as_posix() == "results/ablation"
+
+
+def test_the_api_passes_python_values_to_the_grid_as_they_are():
+    from bench.grid import Assignment
+    typed = api.plan(methods=["dare", "anchor_net"], seeds=[0],
+                     options={"dare.threshold": None, "dare.delta": [0.25, 1], "members": 2},
+                     select={"anchor_net.sigma": [0.1, 1.0], "anchor_net.early_break": {"sigma": 1.0}})
+    typed_cli = api.plan(methods=["dare", "anchor_net"], seeds=[0],
+                         options=["dare.threshold=none", "dare.delta=0.25,1", "members=2"],
+                         select=["anchor_net.sigma=0.1,1", "anchor_net.early_break=sigma=1"])
+    assert [c.run_id for c in typed.configs] == [c.run_id for c in typed_cli.configs]
+    assert [c.kind for c in typed.configs] == ["run", "run", "selection"]
+    assert typed.configs[2].early_break == {"sigma": 1.0} and typed.configs[2].fixed_options["members"] == 2
+    assert Assignment.many({"dare.delta": [0.25, 1]}) == [Assignment("dare", "delta", (0.25, 1))]
+    with pytest.raises(ConfigError, match=r"--option 'members': an empty list of values"):
+        api.plan(methods=["dare"], options={"members": []})
+    with pytest.raises(ConfigError, match=r"--select 'sigma': expected METHOD.NAME"):
+        api.plan(methods=["anchor_net"], select={"sigma": [1]})

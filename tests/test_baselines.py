@@ -9,10 +9,11 @@ import torch
 
 from bench.cli import main
 from bench.config import make_protocol
-from bench.data import Split
+from bench.conformance import toy_split
 from bench.errors import ConfigError
 from bench.models import StackedMLP
 from bench.train import train
+from methods import REGISTRY
 from methods.anchor_net import AnchorNet, anchor_distance
 from methods.base import Batch, Method
 from methods.mod import MOD, box_samples, member_variance
@@ -98,12 +99,6 @@ def test_rde_value_bandwidth_and_gradient_by_hand():
     assert one.tolist() == [1.0]
 
 
-def split(n=96, d=6, k=3):
-    g = torch.Generator().manual_seed(1)
-    y = torch.randint(0, k, (n,), generator=g)
-    return Split(torch.randn(n, d, generator=g) + torch.nn.functional.one_hot(y, d).float() * 3, y)
-
-
 PROTOCOL = make_protocol({"hidden": [16], "epochs": 2, "batch_size": 16, "early_stop_acc": None})
 
 
@@ -124,17 +119,17 @@ class JointSpy(Method):
 
 def test_joint_members_share_every_batch_and_always_train_stacked():
     spy = JointSpy()
-    train(spy, PROTOCOL, split(), 3, seed=0, progress=False, vectorize=False)
+    train(spy, PROTOCOL, toy_split(seed=1), 3, seed=0, progress=False, vectorize=False)
     assert spy.seen and all(dim == 2 for dim, _ in spy.seen)  # one (B, D) batch for all members
     assert all(torch.equal(y[0], y[1]) and torch.equal(y[0], y[2]) for _, y in spy.seen)
-    a = train(MOD(members=2, lam=0.1), PROTOCOL, split(), 3, seed=0, progress=False, vectorize=True).model
-    b = train(MOD(members=2, lam=0.1), PROTOCOL, split(), 3, seed=0, progress=False, vectorize=False).model
+    a = train(MOD(members=2, lam=0.1), PROTOCOL, toy_split(seed=1), 3, seed=0, progress=False, vectorize=True).model
+    b = train(MOD(members=2, lam=0.1), PROTOCOL, toy_split(seed=1), 3, seed=0, progress=False, vectorize=False).model
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q)
 
 
 def test_each_baseline_term_changes_training():
-    data = split()
+    data = toy_split(seed=1)
     for method, off in ((AnchorNet(members=2, lam=10.0), AnchorNet(members=2, lam=0.0)),
                         (MOD(members=2, lam=1.0), MOD(members=2, lam=0.0)),
                         (NegCorr(members=2, lam=1.0), NegCorr(members=2, lam=0.0))):
@@ -206,7 +201,7 @@ def test_packed_ensemble_widths_groups_and_masked_weights_stay_zero():
     assert group_mask(4, 6, 2).tolist() == [[1, 1, 1, 0, 0, 0]] * 2 + [[0, 0, 0, 1, 1, 1]] * 2
     method = PackedEnsemble(members=2, alpha=2.0, gamma=2)
     result = train(method, make_protocol({"hidden": [8, 8], "epochs": 2, "batch_size": 16, "early_stop_acc": None}),
-                   split(k=4), 4, seed=0, progress=False)
+                   toy_split(classes=4, seed=1), 4, seed=0, progress=False)
     model = result.model
     assert [w.shape[2] for w in model.weights] == [8, 8, 4]  # 2 * 8 / 2 members = 8 units each
     assert torch.count_nonzero(model.weights[0]) == 2 * 6 * 8  # the first layer sees the whole input
@@ -215,8 +210,8 @@ def test_packed_ensemble_widths_groups_and_masked_weights_stay_zero():
     assert torch.count_nonzero(hidden_to_hidden) == 2 * 2 * 4 * 4  # 2 members x 2 groups of 4 x 4
     # the output layer is grouped too, as torch-uncertainty's PackedLinear groups every layer but the first
     assert torch.count_nonzero(output * (1 - model.mask2)) == 0 and torch.count_nonzero(output) == 2 * 2 * 4 * 2
-    with pytest.raises(ConfigError, match="gamma=3 must divide the 10 classes"):
-        PackedEnsemble(members=2, gamma=3).build_model(0, [0, 1], 6, (8,), 10, "torch")
+    with pytest.raises(ConfigError, match="gamma=3 must divide the 10 classes"):  # checked with the protocol
+        PackedEnsemble(members=2, gamma=3).check_protocol(make_protocol({}), "method packed_ensemble")
 
 
 def test_packed_members_are_separate_narrow_grouped_networks():
@@ -256,12 +251,11 @@ def test_cheap_ensembles_train_jointly_and_checkpoint_as_one_model(tiny_data, tm
 
 
 
-@pytest.mark.parametrize("name", ["batch_ensemble", "packed_ensemble", "mod"])
+@pytest.mark.parametrize("name", [name for name, cls in REGISTRY.items() if cls.joint])
 def test_joint_methods_train_the_same_with_no_vectorize(name):
-    from methods import get_method
-    method = get_method(name)(members=2)
-    a = train(method, PROTOCOL, split(), 3, seed=0, progress=False, vectorize=True).model
-    b = train(method, PROTOCOL, split(), 3, seed=0, progress=False, vectorize=False).model
+    method = REGISTRY[name](members=2)
+    a = train(method, PROTOCOL, toy_split(seed=1), 3, seed=0, progress=False, vectorize=True).model
+    b = train(method, PROTOCOL, toy_split(seed=1), 3, seed=0, progress=False, vectorize=False).model
     assert type(a) is type(b)  # the method's own model, not a restacked plain MLP
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q)

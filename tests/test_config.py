@@ -4,8 +4,9 @@ import sys
 import pytest
 
 from bench.cli import main
-from bench.config import expand_grid, load_preset, make_protocol, make_run_config
+from bench.config import make_protocol, make_run_config
 from bench.errors import ConfigError
+from bench.grid import expand_grid, load_preset
 
 
 @pytest.mark.parametrize("args, message", [

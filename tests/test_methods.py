@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from bench.config import make_protocol
-from bench.data import Split
+from bench.conformance import toy_split
+from bench.errors import ConfigError
 from bench.models import StackedMLP
 from bench.train import train
 from methods import REGISTRY, get_method
@@ -15,7 +16,7 @@ from methods.mc_dropout import MCDropout
 
 def test_registry_has_the_three_methods_and_unknown_names_fail_clearly():
     assert {"deep_ensemble", "dare", "mc_dropout"} <= set(REGISTRY)
-    with pytest.raises(Exception, match=r"unknown method 'nope' \(registered: deep_ensemble, dare, mc_dropout"):
+    with pytest.raises(ConfigError, match=r"unknown method 'nope' \(registered: deep_ensemble, dare, mc_dropout"):
         get_method("nope")
 
 
@@ -47,18 +48,11 @@ def test_dare_switch_uses_the_detached_loss():
     assert task.grad is None  # the switch adds no gradient through the task loss
 
 
-def tiny_split(n=64, d=6, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, k, (n,), generator=g)
-    x = torch.randn(n, d, generator=g) + torch.nn.functional.one_hot(y, d).float() * 3
-    return Split(x, y)
-
-
 PROTOCOL = make_protocol({"hidden": [8], "epochs": 3, "batch_size": 16, "early_stop_acc": None})
 
 
 def test_dare_with_a_zero_threshold_trains_exactly_like_a_deep_ensemble():
-    data = tiny_split()
+    data = toy_split(64)
     de = train(DeepEnsemble(members=2), PROTOCOL, data, 3, seed=5, progress=False).model
     dare = train(DARE(members=2, threshold=0.0), PROTOCOL, data, 3, seed=5, progress=False).model
     for a, b in zip(de.parameters(), dare.parameters()):
@@ -66,14 +60,14 @@ def test_dare_with_a_zero_threshold_trains_exactly_like_a_deep_ensemble():
 
 
 def test_dare_with_the_switch_on_grows_the_weights():
-    data = tiny_split()
+    data = toy_split(64)
     de = train(DeepEnsemble(members=2), PROTOCOL, data, 3, seed=5, progress=False).model
     dare = train(DARE(members=2, threshold=1e6), PROTOCOL, data, 3, seed=5, progress=False).model
     assert (anti_regularizer(dare.parameters()) > anti_regularizer(de.parameters()) + 0.1).all()
 
 
 def test_mc_dropout_passes_differ_even_after_model_eval():
-    data = tiny_split()
+    data = toy_split(64)
     method = MCDropout(dropout=0.5, passes=4)
     model = train(method, PROTOCOL, data, 3, seed=0, progress=False).model
     model.eval()  # the classic bug: this must not switch the test-time passes off
@@ -84,7 +78,7 @@ def test_mc_dropout_passes_differ_even_after_model_eval():
 
 
 def test_ensembles_predict_without_dropout_and_members_differ():
-    data = tiny_split()
+    data = toy_split(64)
     method = DeepEnsemble(members=3)
     model = train(method, PROTOCOL, data, 3, seed=0, progress=False).model
     p1, p2 = method.predict_proba(model, data.x), method.predict_proba(model, data.x)

@@ -11,12 +11,15 @@ import pytest
 import torch
 
 import bench.executors as executors
+import methods
 from bench.cli import main
-from bench.config import expand_grid, load_preset, make_protocol
+from bench.config import make_protocol, make_run_config
 from bench.data import load_benchmark_data
+from bench.errors import ConfigError
+from bench.grid import expand_grid, load_preset
 from bench.models import StackedMLP
 from bench.paper import load_published, paper_table
-from methods.base import scaled_mse_loss
+from methods.base import Method, scaled_mse_loss
 from methods.dare import DARE
 from methods.deep_ensemble import eq35_distance
 
@@ -132,11 +135,10 @@ def test_eq35_distance_by_hand():
 
 
 def test_adam_eps_is_the_protocols():
-    from bench.data import Split
+    from bench.conformance import toy_split
     from bench.train import train
     from methods.deep_ensemble import DeepEnsemble
-    g = torch.Generator().manual_seed(0)
-    data = Split(torch.randn(32, 4, generator=g), torch.randint(0, 2, (32,), generator=g))
+    data = toy_split(32, features=4, classes=2, separation=0.0)  # any data: only the optimiser's eps differs
     weights = [train(DeepEnsemble(members=1), make_protocol({"hidden": [4], "epochs": 1, "batch_size": 8,
                                                               "adam_eps": eps}), data, 2, 0, progress=False)
                .model.weights[0] for eps in (1e-8, 1e-8, 10.0)]
@@ -220,7 +222,8 @@ def test_a_failed_reference_gives_a_recorded_error_and_the_grid_goes_on(tiny_dat
     out = tmp_path / "out"
     # lr 1e30 makes every run diverge: the reference diverges, DARE cannot compute tau
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", *TINY, *QUIET,
-                 "--lr", "1e30", "--methods", "dare", "mc_dropout", "-o", "dare.delta=0.25"]) == 0
+                 "--lr", "1e30", "--methods", "dare", "mc_dropout", "-o", "dare.delta=0.25"]) == 1
+    assert "1 of 3 runs failed (status error): dare(" in capsys.readouterr().err
     by_method = {r["method"]: r for r in records(out).values()}
     assert by_method["deep_ensemble"]["status"] == "diverged"
     assert by_method["dare"]["status"] == "error"
@@ -233,8 +236,8 @@ def test_a_failed_reference_gives_a_recorded_error_and_the_grid_goes_on(tiny_dat
 def test_the_paper_preset_reuses_its_de_mse_rows_as_dares_references():
     name, values = load_preset("paper-fmnist")
     everything = expand_grid(name, values, None, None, {}, [])
-    configs = [c for c in everything if not hasattr(c, "candidates")]
-    selections = [c for c in everything if hasattr(c, "candidates")]
+    configs = [c for c in everything if c.kind == "run"]
+    selections = [c for c in everything if c.kind == "selection"]
     assert len(configs) == 40  # 8 plain rows x 5 seeds
     assert sorted(s.method for s in selections) == ["anchor_net"] * 5 + ["mod"] * 5 + ["negcorr"] * 5
     assert len(selections[0].candidates()) == 9 and selections[0].early_break == {"sigma": 10.0}
@@ -281,11 +284,26 @@ def test_delta_with_threshold_none_is_fine():
     assert (configs[0].method_options["delta"], configs[0].method_options["threshold"]) == (0.25, None)
 
 
-def test_a_reference_that_is_not_valid_is_named_as_the_reference(tiny_data, tmp_path, capsys):
+def test_dare_with_delta_needs_a_validation_split(tiny_data, tmp_path, capsys):
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path), *QUIET, "--methods", "dare",
                  "-o", "dare.delta=0.25", "--val-size", "0"]) == 2
-    assert "dare(checkpoint=none, members=3, loss=ce, delta=0.25) needs a reference run (tau_reference)" in \
-        capsys.readouterr().err
+    assert capsys.readouterr().err == ("dare-bench: error: method dare: delta=0.25 sets tau from the reference's "
+                                       "validation loss; set val_size > 0\n")
+
+
+def test_a_reference_that_is_not_valid_is_named_as_the_reference(clean_registry):
+    class NeedsBadReference(Method):
+        name = "needs_bad_reference"
+        summary = "names a reference run with an invalid option"
+
+        def references(self):
+            return {"base": ("deep_ensemble", {"members": 0})}
+
+    methods.register(NeedsBadReference, "test")
+    config = make_run_config("needs_bad_reference", {}, make_protocol({}), 0)
+    with pytest.raises(ConfigError, match=r"needs_bad_reference\(checkpoint=none\) needs a reference run \(base\), "
+                                          r"and it is not valid: method deep_ensemble: members=0 is out of range"):
+        config.references()
 
 
 def test_delta_on_the_command_line_replaces_a_presets_threshold():

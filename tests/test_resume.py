@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from idx import write_both
 
 from bench.cli import main
 from bench.data import check_dataset_files
 from bench.errors import DataError
-from idx import write_both
 
 GRID = ["--methods", "deep_ensemble", "mc_dropout", "--seeds", "0", "1", "2", "--epochs", "60",
         "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "-o", "passes=3",
@@ -55,6 +55,11 @@ def wait_for_records(out: Path, n: int, proc, timeout=120):
     pytest.fail("no record appeared in time")
 
 
+def temp_files(out: Path) -> dict[Path, bytes]:
+    """The store's half-written files (``.<name>.<random>.tmp`` beside records and scores) and their bytes."""
+    return {p: p.read_bytes() for p in out.glob("*/.*.tmp")}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path, reference):
     out = tmp_path / "out"
@@ -62,15 +67,26 @@ def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path,
     wait_for_records(out, 2, proc)
     proc.send_signal(sig)
     proc.wait(timeout=60)
+    stderr = proc.stderr.read()
     done = {p.stem for p in (out / "records").glob("*.json")}
     assert 2 <= len(done) < 6, "the grid must be stopped mid-way for this test to mean anything"
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130 and "run the same command again to resume" in proc.stderr.read()
+    if sig == signal.SIGINT:  # caught: the write under way is cleaned up and the user told how to go on
+        assert proc.returncode == 130 and "run the same command again to resume" in stderr
+        assert not temp_files(out)
+    else:  # no chance to clean up: a write under way is left as a temp file, as the one planted here
+        assert proc.returncode == -signal.SIGKILL and "run the same command again" not in stderr
+        todo = sorted(set(reference["run_id"]) - done)[0]
+        planted = out / "records" / f".{todo}.json.killed.tmp"
+        planted.write_text('{"run_id": "' + todo + '", "status": "o')  # a record cut off mid-write
+    left = temp_files(out)
     stamps = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
 
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished runs were not redone
-    assert not list((out / "records").glob(".*.tmp")) or sig == signal.SIGKILL
+    # the resume reads no temp file and leaves none of its own; the store never looks at the kill's
+    # leftovers (bench/store.py reads only <run_id>.json): they stay, untouched and harmless
+    assert temp_files(out) == left
+    assert {p.stem for p in (out / "records").glob("*.json")} == set(reference["run_id"])
     pd.testing.assert_frame_equal(metrics(out), reference)
 
 
@@ -158,8 +174,8 @@ def test_file_that_is_not_idx_is_named(own_data):
 
 
 def test_images_and_labels_must_agree(own_data):
-    from idx import write_idx_labels
     import numpy as np
+    from idx import write_idx_labels
     write_idx_labels(own_data / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", np.zeros(7, dtype=int))
     with pytest.raises(DataError, match="t10k images and labels disagree in count"):
         check_dataset_files(own_data, "mnist", download=False)

@@ -30,7 +30,7 @@ def test_one_epoch_on_real_mnist():
 
 
 def test_the_paper_protocols_data():
-    from bench.config import load_preset
+    from bench.grid import load_preset
     protocol = make_protocol(load_preset("paper-fmnist")[1]["protocol"])
     seed0, seed1 = (load_benchmark_data(protocol, DATA, download=False, seed=s) for s in (0, 1))
     assert (len(seed0.train), len(seed0.val), len(seed0.test)) == (59000, 1000, 10000)
