@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -190,7 +191,14 @@ def sorted_runs(runs: pd.DataFrame) -> pd.DataFrame:
     ran in), so that re-rendering the same records writes the same bytes."""
     if runs.empty:
         return runs
-    return runs.sort_values(["method", "variant", "seed"], kind="stable").reset_index(drop=True)
+    return runs.sort_values(["method", "variant", "seed"], kind="stable",
+                            key=lambda s: s.map(_natural) if s.name == "variant" else s).reset_index(drop=True)
+
+
+def _natural(text: str) -> tuple:
+    """'dare(members=10)' after 'dare(members=2)': the numbers in a variant compare as numbers."""
+    return tuple((0, float(part), "") if i % 2 else (1, 0.0, part)
+                 for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?(?:e-?\d+)?)", str(text))) if part)
 
 
 def without_candidates(runs: pd.DataFrame) -> pd.DataFrame:
