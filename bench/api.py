@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -61,7 +62,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
 
 
 def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
-    """The grid's runs (references and selections included), finished or to do; trains nothing."""
+    """The grid's runs (references and selections included), finished or to do (``retry``: its
+    record says it ended in error, or met a failed candidate); trains nothing."""
     first, then = with_references(p.configs)
     finished, _ = p.store.check([c.run_id for c in first + then])
     rows = []
@@ -69,7 +71,8 @@ def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
         role = "reference" if item not in p.configs else item.kind
         rows.append({"run_id": item.run_id, "variant": item.variant, "seed": item.seed, "role": role,
                      "candidates": len(item.runs()) if role == "selection" else 0,
-                     "finished": item.run_id in finished and not force})
+                     "finished": item.run_id in finished and not force,
+                     "retry": item.run_id not in finished and p.store.record_path(item.run_id).is_file()})
     return pd.DataFrame(rows)
 
 
@@ -80,6 +83,8 @@ class Executed:
     wall: float           # seconds
     keys: list[str]       # the folder's config columns (summary group keys)
     problems: list[str]   # one line per corrupt record in the folder
+    failed: pd.DataFrame  # the runs this call ran (selection candidates included) that ended with status error
+    ran: int = 0          # how many runs this call ran, selection candidates and selections included
 
 
 def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> Executed:
@@ -88,18 +93,20 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
     p.store.ensure()  # an output folder that cannot be made fails before anything trains
     started = time.perf_counter()
     try:
-        run_ids = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
-                           progress=progress, force=force)
+        grid = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
+                        progress=progress, force=force)
     except KeyboardInterrupt:
         p.store.write_tables()
         raise
     wall = time.perf_counter() - started
     folder, _, keys, problems = p.store.write_tables()
-    runs = folder
+    runs = failed = folder
     if len(runs):  # methods as given, then options, seeds
-        order = {run_id: i for i, run_id in enumerate(run_ids)}
+        order = {run_id: i for i, run_id in enumerate(grid.run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-    return Executed(runs.reset_index(drop=True), folder, wall, keys, problems)
+        failed = folder[folder["run_id"].isin(grid.ran) & (folder["status"] == "error")]
+    return Executed(runs.reset_index(drop=True), folder, wall, keys, problems, failed.reset_index(drop=True),
+                    len(grid.ran))
 
 
 def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[int] | None = None,
@@ -122,6 +129,10 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     if plots:
         from bench.report import report_folder
         report_folder(p.store, done.folder, done.keys, echo=lambda _: None)
+    if len(done.failed):
+        warnings.warn(f"{len(done.failed)} of {done.ran} runs failed (status error): "
+                      + "; ".join(f"{r['variant']} seed {r['seed']}: {r['error']}" for _, r in done.failed.iterrows()),
+                      RuntimeWarning, stacklevel=2)
     return done.runs
 
 

@@ -17,7 +17,7 @@ from bench.errors import BenchError, ConfigError
 from bench.grid import available_presets, load_preset
 from bench.options import describe
 from bench.report import paper_table, report_folder
-from methods import REGISTRY, SOURCES, load_entry_points, load_plugin
+from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
 
 RESULTS = api.RESULTS
 DEFAULT_REPORT_OUT = f"{RESULTS}/seed"
@@ -204,7 +204,8 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
         role = {"reference": "  (reference)", "run": "",
                 "selection": f"  (selection: up to {row['candidates']} candidate runs)"}[row["role"]]
         state = "finished" if row["finished"] else "to do"
-        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}")
+        again = "  (error last time)" if row["retry"] else ""
+        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}{again}")
     if not len(table):
         print("0 runs in the grid")
         return
@@ -218,7 +219,7 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
 
 
 def execute_and_report(plan: api.Plan, args: argparse.Namespace):
-    """Train (or reuse) the plan's runs, then the summary, plots and paper table. Returns the runs."""
+    """Train (or reuse) the plan's runs, then the folder's report. Returns what api.execute returns."""
     try:
         done = api.execute(plan, download=not args.no_download, progress=not args.quiet, force=args.force)
     except KeyboardInterrupt:
@@ -228,17 +229,23 @@ def execute_and_report(plan: api.Plan, args: argparse.Namespace):
     warn(done.problems)
     report_folder(plan.store, done.folder, done.keys, plots=not args.no_plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
-    return done.runs, done.keys
+    return done
 
 
-def report_failures(runs) -> int:
-    """One line naming the grid's failed runs (status error); the exit code: 1 if any, else 0."""
-    failed = runs[runs["status"] == "error"] if len(runs) else runs
-    if not len(failed):
+def report_failures(done: api.Executed) -> int:
+    """One line naming the grid's failed runs (status error, selection candidates included); the
+    exit code: 1 if any, else 0."""
+    if not len(done.failed):
         return 0
-    groups = failed.groupby(["variant", "error"], sort=False)["seed"].agg(lambda s: " ".join(map(str, s)))
-    names = "; ".join(f"{variant} seed{'s' if ' ' in seeds else ''} {seeds}: {error}" for (variant, error), seeds in groups.items())
-    print(f"dare-bench: {len(failed)} of {plural(len(runs), 'run')} failed (status error): {names}. The reasons "
+    names = []
+    for variant, group in done.failed.groupby("variant", sort=False):
+        reasons = list(dict.fromkeys(group["error"]))
+        others = f" (and {plural(len(reasons) - 1, 'other reason')})" if len(reasons) > 1 else ""
+        names.append(f"{variant} seed{'s' if len(group) > 1 else ''} {' '.join(map(str, group['seed']))}: "
+                     f"{reasons[0]}{others}")
+    names = "; ".join(names)
+    print(f"dare-bench: {len(done.failed)} of {plural(done.ran, 'run')} failed (status error): {names}. "
+          "The reasons "
           "are in runs.csv, a traceback in the record of a run that raised; the same command runs them again",
           file=sys.stderr)
     return 1
@@ -250,10 +257,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_dry_run(plan, args.force)
         return 0
     try:
-        runs, _ = execute_and_report(plan, args)
+        done = execute_and_report(plan, args)
     except KeyboardInterrupt:
         return 130
-    return report_failures(runs)
+    return report_failures(done)
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
@@ -268,13 +275,13 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         print_dry_run(plan, args.force)
         return 0
     try:
-        runs, keys = execute_and_report(plan, args)
+        done = execute_and_report(plan, args)
     except KeyboardInterrupt:
         return 130
-    histories = {rid: plan.store.load(rid).get("history", []) for rid in runs["run_id"]}
-    for path in write_ablation(plan.store.out, runs, keys, histories, plots=not args.no_plots):
+    histories = {rid: plan.store.load(rid).get("history", []) for rid in done.runs["run_id"]}
+    for path in write_ablation(plan.store.out, done.runs, done.keys, histories, plots=not args.no_plots):
         print(f"wrote {path}")
-    return report_failures(runs)
+    return report_failures(done)
 
 
 def warn(problems: list[str]) -> None:
@@ -294,6 +301,8 @@ def cmd_list(_args) -> int:
         for opt, default, allowed, help_text in describe(cls):
             if opt not in shared:
                 print(f"      {opt} = {default!r}  ({allowed}) {help_text}")
+    for name, reason in BROKEN.items():
+        print(f"  {name}: not loadable: {reason}")
     print("options every method has:")
     for opt, default, allowed, help_text in describe(Method):
         print(f"      {opt} = {default!r}  ({allowed}) {help_text}")

@@ -170,15 +170,20 @@ def make_protocol(values: dict[str, Any]) -> Protocol:
 
 def make_run_config(method: str, method_options: dict[str, Any], protocol: Protocol, seed: Any,
                     preset: str = "custom") -> RunConfig:
-    cls = get_method(method)
-    options = validate(cls, method_options, f"method {method}")
+    cls, what = get_method(method), f"method {method}"
+    try:  # the method's own checks: of its options, then against the protocol
+        options = validate(cls, method_options, what)
+        cls(**options).check_protocol(protocol, what)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug in a method's checks is one line, not a traceback
+        raise ConfigError(f"{what}: checking its options raised {type(exc).__name__}: {exc}") from None
     try:
         seed = parse_int(seed)
     except (ValueError, TypeError):
         raise ConfigError(f"seed={seed!r} is not valid; allowed: an integer >= 0") from None
     if seed < 0:
         raise ConfigError(f"seed={seed!r} is out of range; allowed: an integer >= 0")
-    cls(**options).check_protocol(protocol, f"method {method}")
     return RunConfig(method, options, protocol, seed, preset)
 
 

@@ -262,6 +262,9 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
         except OodUnavailable as exc:
             skipped[name] = str(exc)
 
+    if len(classes) != protocol.n_classes:  # the grid was validated with protocol.n_classes
+        raise DataError(f"{protocol.id_dataset} has {len(classes)} classes, not the {protocol.n_classes} that "
+                        "bench.config.N_CLASSES says")
     if protocol.val_size >= len(train_y):
         raise DataError(f"val_size={protocol.val_size} leaves no training data ({len(train_y)} images)")
     order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(split_seed))
@@ -279,6 +282,6 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
         ood={name: Split(prep(flat(images)), labels) for name, (images, labels) in ood.items()},
         ood_skipped=skipped,
         test_images=test_img,
-        n_classes=len(classes),
+        n_classes=protocol.n_classes,  # the count the methods were checked against (Method.check_protocol)
         class_names=classes,
     )

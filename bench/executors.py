@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from bench.config import Execution, RunConfig
 from bench.data import load_benchmark_data
@@ -18,6 +18,9 @@ from bench.options import option, parse_int, parse_str, validate
 from bench.runner import run_one
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
+
+if TYPE_CHECKING:
+    from bench.grid import GridItem
 
 
 def run_and_store(config: RunConfig, data_dir: Path, out_dir: Path, execution: Execution,
@@ -116,13 +119,18 @@ def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[Run
     return list(independent.values()), dependent
 
 
-def run_grid(items: list, data_dir: Path, store: RunStore, executor: Executor = Executor(),
+@dataclasses.dataclass
+class GridRun:
+    run_ids: list[str]   # the grid's runs (references and selections included), finished before or now
+    ran: set[str]        # the runs this call ran (selection candidates and selections included)
+
+
+def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: Executor = Executor(),
              execution: Execution = Execution(), download: bool = True, progress: bool = True,
-             force: bool = False, log=None) -> list[str]:
-    """Run every grid item (``bench.grid.GridItem``) not already finished in ``store`` (all of them
-    with force), the runs that others depend on first, then walk every selection
-    (``bench.select``). Returns the grid's run ids (references and selections included), finished
-    before or now. A run that ended in error before is run again."""
+             force: bool = False, log=None) -> GridRun:
+    """Run every grid item not already finished in ``store`` (all of them with force), the runs
+    that others depend on first, then walk every selection (``bench.select``). A run that ended in
+    error before is run again, and a selection that met a failed candidate is walked again."""
     from tqdm.auto import tqdm
 
     from bench.select import Walk
@@ -153,7 +161,8 @@ def run_grid(items: list, data_dir: Path, store: RunStore, executor: Executor = 
     _walk(walks, run, store, bar.update, progress, log)
     bar.close()
     # the candidates stay in runs.csv and summary.csv; the grid's own rows are the selections
-    return [c.run_id for c in everything] + [s.run_id for s in selections]
+    return GridRun([c.run_id for c in everything] + [s.run_id for s in selections],
+                   run.done_now | {w.selection.run_id for w in walks})
 
 
 def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]:

@@ -31,6 +31,11 @@ def read_ood_column(column: str) -> tuple[str, str, str] | None:
     return metric, head[len(metric) + 1:], ood_set
 
 
+def score_key(score: str, ood_set: str | None = None) -> str:
+    """The per-sample scores' array name in predictions/<run_id>.npz: 'id_<score>' or 'ood_<set>_<score>'."""
+    return f"id_{score}" if ood_set is None else f"ood_{ood_set}_{score}"
+
+
 def uncertainty_column(name: str, ood_set: str | None = None) -> str:
     """Mean uncertainty in bits: 'id_pred_entropy_bits', or 'ood_<set>_pred_entropy_bits'."""
     return f"{'id' if ood_set is None else f'ood_{ood_set}'}_{name}_bits"
@@ -52,15 +57,17 @@ def with_primary(runs, sets: list[str], metric: str = "auroc"):
 
 def ood_table(runs):
     """The OOD results in long form, one row per (run, score, OOD set): run_id, method, variant,
-    seed, score, ood_set and one column per metric (the shape OpenOOD's evaluator returns)."""
+    seed, candidate_of (the selections a run is a candidate of), score, ood_set and one column per
+    metric (the shape OpenOOD's evaluator returns)."""
     import pandas as pd
-    keys = ["run_id", "method", "variant", "seed", "score", "ood_set"]
+    ids = ["run_id", "method", "variant", "seed", "candidate_of"]
+    keys = [*ids, "score", "ood_set"]
     columns = {c: read_ood_column(c) for c in runs.columns}
     columns = {c: parsed for c, parsed in columns.items() if parsed and parsed[1] != PRIMARY}
     if runs.empty or not columns:
         return pd.DataFrame(columns=keys + list(OOD_METRICS))
-    long = runs[["run_id", "method", "variant", "seed", *columns]].melt(
-        id_vars=["run_id", "method", "variant", "seed"], var_name="column").dropna(subset=["value"])
+    runs = runs.assign(candidate_of=runs["candidate_of"].fillna("") if "candidate_of" in runs else "")
+    long = runs[[*ids, *columns]].melt(id_vars=ids, var_name="column").dropna(subset=["value"])
     parsed = long["column"].map(columns)
     long = long.assign(metric=parsed.str[0], score=parsed.str[1], ood_set=parsed.str[2])
     table = long.pivot_table(index=keys, columns="metric", values="value", sort=False).reset_index()
@@ -72,7 +79,12 @@ def ood_table(runs):
 # -- the contract a method's predictions must meet before any metric is computed -------------
 
 class InvalidPredictions(ValueError):
-    """A method's predictions or own scores break the contract (one line: what and where)."""
+    """A method's predictions or own scores break the contract (one line: what and where).
+    ``nonfinite``: the values are not finite, i.e. the numbers diverged (a result, not a bug)."""
+
+    def __init__(self, reason: str, nonfinite: bool = False):
+        super().__init__(reason)
+        self.nonfinite = nonfinite
 
 
 def check_probabilities(probs, n: int, classes: int, what: str = "predictions") -> None:
@@ -81,9 +93,11 @@ def check_probabilities(probs, n: int, classes: int, what: str = "predictions") 
         raise InvalidPredictions(f"{what}: a {type(probs).__name__}, not a numpy array")
     if probs.ndim != 3 or probs.shape[0] < 1 or probs.shape[1:] != (n, classes):
         raise InvalidPredictions(f"{what}: shape {probs.shape}, expected (samples, {n}, {classes})")
+    if probs.size == 0:  # e.g. no validation split
+        return
     bad = ~np.isfinite(probs)
     if bad.any():
-        raise InvalidPredictions(f"{what}: {int(bad.sum())} non-finite values")
+        raise InvalidPredictions(f"{what}: {int(bad.sum())} non-finite values", nonfinite=True)
     if probs.min() < 0 or probs.max() > 1:
         raise InvalidPredictions(f"{what}: values outside [0, 1] (min {probs.min():.4g}, max {probs.max():.4g}); "
                                  "probabilities expected, not logits")
@@ -101,7 +115,8 @@ def check_own_scores(scores, n: int, what: str = "own scores") -> None:
         if not isinstance(values, np.ndarray) or values.shape != (n,):
             raise InvalidPredictions(f"{what}: {name} has shape {getattr(values, 'shape', None)}, expected ({n},)")
         if not np.isfinite(values).all():
-            raise InvalidPredictions(f"{what}: {name} has {int((~np.isfinite(values)).sum())} non-finite values")
+            raise InvalidPredictions(f"{what}: {name} has {int((~np.isfinite(values)).sum())} non-finite values",
+                                     nonfinite=True)
 
 
 def entropy_bits(p: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from sklearn.metrics import roc_curve  # noqa: E402
 
-from bench.metrics import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
+from bench.metrics import PRIMARY, ood_column, score_key, scored_sets, with_primary  # noqa: E402
 from bench.store import RunStore  # noqa: E402
 
 # every file plot_all writes matches one of these (a new report replaces them all)
@@ -106,8 +106,8 @@ def _histograms(path: Path, title: str, runs, variants, colors, arrays, ood_set:
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
     for ax, variant in zip(axes[0], variants):
         ids, score = runs.loc[runs["variant"] == variant, "run_id"], _primary(runs, variant)
-        s_id = np.concatenate([arrays[r][f"id_{score}"] for r in ids])
-        s_ood = np.concatenate([arrays[r][f"ood_{ood_set}_{score}"] for r in ids])
+        s_id = np.concatenate([arrays[r][score_key(score)] for r in ids])
+        s_ood = np.concatenate([arrays[r][score_key(score, ood_set)] for r in ids])
         top = np.quantile(np.r_[s_id, s_ood], 0.995)  # distance scores have long tails
         bins = np.linspace(min(s_id.min(), s_ood.min(), 0), max(top, 1e-6), 40)
         ax.hist(s_id, bins=bins, density=True, alpha=0.6, color=colors[variant], label="ID test")
@@ -128,7 +128,7 @@ def _roc_curves(path: Path, title: str, runs, variants, colors, arrays, ood_set:
     for variant in variants:
         sub, score = runs[runs["variant"] == variant], _primary(runs, variant)
         for i, rid in enumerate(sub["run_id"]):
-            s_id, s_ood = arrays[rid][f"id_{score}"], arrays[rid][f"ood_{ood_set}_{score}"]
+            s_id, s_ood = arrays[rid][score_key(score)], arrays[rid][score_key(score, ood_set)]
             fpr, tpr, _ = roc_curve(np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))], np.r_[s_id, s_ood])
             auroc = sub[ood_column("auroc", score, ood_set)]
             label = (f"{variant}\n{_score_label(score)}: AUROC {auroc.mean():.3f} ± "
@@ -153,7 +153,7 @@ def _top_uncertain(path: Path, title: str, variant: str, seed: int, arr: dict, c
         pred, true = int(arr["id_pred"][idx]), int(arr["id_label"][idx])
         name = (lambda c: class_names[c].split(" - ")[0]) if class_names else str
         ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
-                     f"H = {arr['id_pred_entropy'][idx]:.2f} bits", fontsize=8,
+                     f"H = {arr[score_key('pred_entropy')][idx]:.2f} bits", fontsize=8,
                      color="black" if pred == true else "crimson")
         ax.axis("off")
     fig.suptitle(f"{title}\nTop-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)

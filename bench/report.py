@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import math
 import re
-import sys
 from typing import Callable
 
 import pandas as pd
@@ -161,7 +160,7 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
         sections.append(f"## {group.label}\n\nProtocol: {group.details}\n\n{format_summary(summary, markdown=True)}\n")
     (store.out / "summary.md").write_text("\n".join(sections) if sections else "no finished runs\n")
     for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
-        print(f"error recorded: {error}", file=sys.stderr)
+        echo(f"error recorded: {error}")
     if compare_to and not runs.empty:
         files += paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
     if plots:

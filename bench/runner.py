@@ -11,7 +11,7 @@ import torch
 from bench import provenance
 from bench.config import Execution, RunConfig
 from bench.data import BenchData
-from bench.metrics import InvalidPredictions, check_own_scores, check_probabilities, evaluate, ood_column
+from bench.metrics import InvalidPredictions, check_own_scores, check_probabilities, evaluate, ood_column, score_key
 from bench.train import Diverged, train
 from methods.base import DEFAULT_SCORE, ReferenceFailed
 
@@ -42,8 +42,11 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
     except Diverged as exc:
         record.update(status="diverged", diverged_epoch=exc.epoch, finished_at=_now())
         return record, None
-    except InvalidPredictions as exc:
-        record.update(status="error", error=f"invalid predictions from {exc}", finished_at=_now())
+    except InvalidPredictions as exc:  # non-finite numbers: divergence, a result; anything else: a broken contract
+        if exc.nonfinite:
+            record.update(status="diverged", diverged_epoch=exc.epoch, diverged_reason=str(exc), finished_at=_now())
+        else:
+            record.update(status="error", error=f"invalid predictions from {exc}", finished_at=_now())
         return record, None
     except Exception as exc:  # noqa: BLE001 - a method's bug is this run's result, not the grid's end
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -68,10 +71,14 @@ def _train_and_evaluate(config: RunConfig, data: BenchData, progress: bool, exec
     torch.manual_seed(config.seed)  # MC dropout's test-time masks
     p_val = method.predict_proba(result.model, data.val.x.to(device))  # val: no OOD scores
     p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val
-    p_id, own_id = _predict(method, result.model, data.test, data.n_classes, device, "test split")
-    ood = {name: _predict(method, result.model, split, data.n_classes, device, f"OOD set {name}")
-           for name, split in data.ood.items()}
-    check_probabilities(p_val, len(data.val), data.n_classes, "predict_proba on the validation split")
+    try:
+        p_id, own_id = _predict(method, result.model, data.test, data.n_classes, device, "test split")
+        ood = {name: _predict(method, result.model, split, data.n_classes, device, f"OOD set {name}")
+               for name, split in data.ood.items()}
+        check_probabilities(p_val, len(data.val), data.n_classes, "predict_proba on the validation split")
+    except InvalidPredictions as exc:
+        exc.epoch = max(result.epochs_run)  # for a divergence: the last epoch trained
+        raise
     stage[0] = "evaluating"
     metrics, scores = evaluate(p_id, data.test.y.numpy(), {n: p for n, (p, _) in ood.items()},
                                p_val, data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood.items()})
@@ -102,8 +109,8 @@ def _plot_arrays(p_id: np.ndarray, scores: dict, data: BenchData) -> dict[str, n
     """Per-sample scores and the top-uncertain images: what the plots are drawn from."""
     mean_id = p_id.mean(axis=0)
     top = np.argsort(-scores[DEFAULT_SCORE][0], kind="stable")[:TOP_K_IMAGES]
-    arrays = {f"id_{score}": s_id.astype(np.float32) for score, (s_id, _) in scores.items()}
-    arrays.update({f"ood_{ood_set}_{score}": s.astype(np.float32)
+    arrays = {score_key(score): s_id.astype(np.float32) for score, (s_id, _) in scores.items()}
+    arrays.update({score_key(score, ood_set): s.astype(np.float32)
                    for score, (_, per_set) in scores.items() for ood_set, s in per_set.items()})
     arrays.update(id_pred=mean_id.argmax(1).astype(np.int16), id_conf=mean_id.max(1).astype(np.float32),
                   id_label=data.test.y.numpy().astype(np.int16), top_index=top,

@@ -177,7 +177,9 @@ class Walk:
         sel = self.selection
         row = sel.row()
         base = {"config": sel.to_dict(), "config_columns": [k for k in row if k not in ("run_id", "seed")],
-                "candidates": self.scores, "walk": self.stopped}
+                "candidates": self.scores, "walk": self.stopped,
+                # a failed candidate may succeed once its method is fixed: the grid walks such a selection again
+                "failed_candidates": sum(c["status"] == "error" for c in self.scores)}
         if chosen is None:
             return {**row, **base, "status": "error", "error": "no candidate finished with a finite validation NLL"}
         skip = set(chosen["config_columns"]) | {"run_id", "config", "config_columns", "seed"}

@@ -30,7 +30,7 @@ FINISHED = ("ok", "diverged", "error")
 RETRIED = ("error",)  # a grid runs these again (the method may have been fixed); the others are reused
 NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback")  # kept in the record only
 # numeric columns that describe a run's execution, not its result: never summarised
-NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized"}
+NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized", "failed_candidates"}
 
 
 class CorruptRecord(Exception):
@@ -123,6 +123,9 @@ class RunStore:
             if record["status"] in RETRIED:
                 problems.append(f"{record.get('variant', run_id)} seed {record.get('seed')} ended in error last "
                                 f"time ({record.get('error')}); it runs again")
+            elif record.get("failed_candidates"):
+                problems.append(f"{record.get('variant', run_id)} seed {record.get('seed')} met "
+                                f"{record['failed_candidates']} failed candidate runs last time; it is walked again")
             else:
                 finished[run_id] = record
         return finished, problems

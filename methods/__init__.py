@@ -38,6 +38,7 @@ _BUILTIN: tuple[type[Method], ...] = (DeepEnsemble, DARE, MCDropout, SingleNetwo
 REGISTRY: dict[str, type[Method]] = {}
 SOURCES: dict[str, str] = {}  # name -> where it came from
 _plugin_files: dict[Path, list[str]] = {}  # resolved plugin path -> the names it registered
+BROKEN: dict[str, str] = {}  # entry-point name -> why it could not be registered
 _entry_points_loaded = False
 
 
@@ -66,6 +67,8 @@ def hook_problem(cls: type[Method], hook: str) -> str | None:
     if not callable(own_fn):
         return f"{cls.__name__}.{hook} is not a function"
     params = list(inspect.signature(base_fn).parameters.values())
+    if isinstance(own, staticmethod):  # called through the instance: it gets no self
+        params = params[1:]
     try:
         inspect.signature(own_fn).bind(*[p.name for p in params if p.default is p.empty],
                                        **{p.name: p.default for p in params if p.default is not p.empty})
@@ -147,27 +150,38 @@ def plugin_files() -> list[Path]:
 
 def load_entry_points() -> list[str]:
     """Register the methods that installed packages declare in the ``dare_bench.methods`` group.
-    Runs once per process; returns the names registered."""
+    Runs once per process; returns the names registered. An entry point that fails to load or to
+    register does not stop the others: its one-line reason is kept in BROKEN, and using its name
+    raises it (a broken package must not stop commands that do not use it)."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return []
-    _entry_points_loaded = True
     names = []
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        source = f"entry point {entry.name} = {entry.value}"
         try:
-            cls = entry.load()
-        except Exception as exc:  # noqa: BLE001 - a broken package is one line
-            raise ConfigError(f"{source} failed to load: {type(exc).__name__}: {exc}") from None
-        if isinstance(cls, type) and issubclass(cls, Method) and cls.name != entry.name:
-            raise ConfigError(f"{source}: the class's name is '{cls.name}', not '{entry.name}'")
-        names.append(register(cls, source).name)
+            names.append(_register_entry_point(entry))
+        except ConfigError as exc:
+            BROKEN[entry.name] = str(exc)
+    _entry_points_loaded = True
     return names
+
+
+def _register_entry_point(entry) -> str:
+    source = f"entry point {entry.name} = {entry.value}"
+    try:
+        cls = entry.load()
+    except Exception as exc:  # noqa: BLE001 - a broken package is one line
+        raise ConfigError(f"{source} failed to load: {type(exc).__name__}: {exc}") from None
+    if isinstance(cls, type) and issubclass(cls, Method) and cls.name != entry.name:
+        raise ConfigError(f"{source}: the class's name is '{cls.name}', not '{entry.name}'")
+    return register(cls, source).name
 
 
 def get_method(name: str) -> type[Method]:
     if name not in REGISTRY:
         load_entry_points()
+    if name in BROKEN and name not in REGISTRY:
+        raise ConfigError(BROKEN[name])
     try:
         return REGISTRY[name]
     except KeyError:

@@ -218,8 +218,146 @@ def test_metric_column_names_are_made_and_read_in_one_place():
                          "id_acc": [0.9, 0.8], ood_column("auroc", "s", "x"): [0.7, 0.6],
                          ood_column("fpr95", "s", "x"): [0.5, np.nan], ood_column("auroc", "t", "y"): [0.1, 0.2]})
     table = ood_table(runs)
-    assert table.columns.tolist() == ["run_id", "method", "variant", "seed", "score", "ood_set", "auroc", "fpr95"]
+    assert table.columns.tolist() == ["run_id", "method", "variant", "seed", "candidate_of", "score", "ood_set",
+                                      "auroc", "fpr95"]
     assert table[["run_id", "score", "ood_set"]].values.tolist() == [["a", "s", "x"], ["a", "t", "y"],
                                                                       ["b", "s", "x"], ["b", "t", "y"]]
     assert table["auroc"].tolist() == [0.7, 0.1, 0.6, 0.2]
     assert table["fpr95"].fillna(-1).tolist() == [0.5, -1, -1, -1]
+
+
+def test_a_selection_candidate_that_raises_is_named_and_the_walk_goes_on(tiny_data, tmp_path, capsys):
+    path = plugin(tmp_path, '''
+        boom: int = option(0, parse=parse_int, check=lambda v: v >= 0, allowed="an integer >= 0", help="1 raises")
+
+        def penalty(self, model, task_loss, batch):
+            if self.boom == 1:
+                raise RuntimeError("boom")
+            return None
+    ''')
+    out = tmp_path / "out"
+    assert main(["run", "--plugin", path, "--data-dir", str(tiny_data), "--out", str(out), "--methods", "broken",
+                 "--select", "broken.boom=0,1", "--select", "broken.early_break=false", *TINY]) == 1
+    assert ("1 of 3 runs failed (status error): broken(checkpoint=none, members=2, boom=1) seed 0: training: "
+            "RuntimeError: boom") in capsys.readouterr().err
+    runs = pd.read_csv(out / "runs.csv")
+    selection = runs[runs["run_id"].str.startswith("sel-")].iloc[0]
+    assert selection["status"] == "ok" and selection["selected"] == "boom=0"  # the failed candidate has no score
+
+
+def test_a_selection_that_met_a_failed_candidate_is_walked_again(tiny_data, tmp_path, capsys):
+    body = '''
+        boom: int = option(0, parse=parse_int, check=lambda v: v >= 0, allowed="an integer >= 0", help="1 raises")
+
+        def penalty(self, model, task_loss, batch):
+            if self.boom == {broken}:
+                raise RuntimeError("boom")
+            return None
+    '''
+    out = tmp_path / "out"
+    args = ["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "broken",
+            "--select", "broken.boom=0,1", "--select", "broken.early_break=false", *TINY]
+    assert main([args[0], "--plugin", plugin(tmp_path, body.replace("{broken}", "1")), *args[1:]]) == 1
+    capsys.readouterr()
+    selection = json.loads(next((out / "records").glob("sel-*.json")).read_text())
+    assert selection["failed_candidates"] == 1 and selection["selected"] == "boom=0"
+    # the method is fixed: the same command walks the selection again and the failed candidate now counts
+    methods.REGISTRY.pop("broken")
+    methods._plugin_files.clear()
+    assert main([args[0], "--plugin", plugin(tmp_path, body.replace("{broken}", "2")), *args[1:]]) == 0
+    assert "met 1 failed candidate runs last time; it is walked again" in "".join(capsys.readouterr())
+    selection = json.loads(next((out / "records").glob("sel-*.json")).read_text())
+    assert selection["failed_candidates"] == 0 and [c["status"] for c in selection["candidates"]] == ["ok", "ok"]
+
+
+def test_non_finite_predictions_are_a_divergence_not_an_error(tiny_data, tmp_path, capsys):
+    path = plugin(tmp_path, '''
+        def predict_proba(self, model, x):
+            return super().predict_proba(model, x) * float("nan")
+    ''')
+    out = tmp_path / "out"
+    assert main(["run", "--plugin", path, "--data-dir", str(tiny_data), "--out", str(out), "--methods", "broken",
+                 *TINY]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs[["status", "diverged_epoch"]].values.tolist() == [["diverged", 1]]
+    assert runs["diverged_reason"][0] == "predict on the test split: 2000 non-finite values"
+    assert not [c for c in runs.columns if c.startswith(("id_acc", "auroc_"))]
+
+
+def test_a_run_without_a_validation_split_is_checked_and_ok(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "deep_ensemble",
+                 "--seeds", "0", "--epochs", "1", "--val-size", "0", "--no-download", "--no-plots", "-q"]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["status"].tolist() == ["ok"] and "val_nll_nats" not in runs
+
+
+def test_a_raising_method_in_worker_processes_is_recorded_with_its_traceback(tiny_data, tmp_path, capsys):
+    path = plugin(tmp_path, '''
+        def penalty(self, model, task_loss, batch):
+            raise ZeroDivisionError("a bug in the plugin")
+    ''')
+    out = tmp_path / "out"
+    assert main(["run", "--plugin", path, "--data-dir", str(tiny_data), "--out", str(out), "--methods",
+                 "broken", "deep_ensemble", "--jobs", "2", *TINY]) == 1
+    records = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
+    assert sorted(r["status"] for r in records) == ["error", "ok"]
+    assert "ZeroDivisionError: a bug in the plugin" in next(r["traceback"] for r in records if r["status"] == "error")
+
+
+def test_a_bug_in_a_methods_own_checks_is_one_line(tmp_path, capsys):
+    path = plugin(tmp_path, '''
+        def check_protocol(self, protocol, what):
+            return protocol.no_such_value
+    ''')
+    assert main(["run", "--plugin", path, "--methods", "broken", "--dry-run", "-q"]) == 2
+    assert capsys.readouterr().err == ("dare-bench: error: method broken: checking its options raised "
+                                       "AttributeError: 'Protocol' object has no attribute 'no_such_value'\n")
+
+
+def test_a_static_hook_is_checked_without_self():
+    class Static(Method):
+        @staticmethod
+        def penalty(model, task_loss, batch):
+            return None
+
+    class StaticTooFew(Method):
+        @staticmethod
+        def penalty(model, task_loss):
+            return None
+
+    assert methods.hook_problem(Static, "penalty") is None
+    assert "StaticTooFew.penalty(model, task_loss) does not match" in methods.hook_problem(StaticTooFew, "penalty")
+
+
+def test_a_broken_entry_point_stops_only_the_commands_that_use_it(tmp_path, tiny_data, monkeypatch, capsys):
+    site = tmp_path / "site"
+    (site / "pkg-0.1.dist-info").mkdir(parents=True)
+    (site / "bad_pkg.py").write_text(textwrap.dedent(HEADER) + textwrap.indent(textwrap.dedent('''
+        def penalty(self, model, task_loss):
+            return None
+    '''), "    "))
+    (site / "pkg-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: pkg\nVersion: 0.1\n")
+    (site / "pkg-0.1.dist-info" / "entry_points.txt").write_text("[dare_bench.methods]\nbroken = bad_pkg:Broken\n")
+    monkeypatch.syspath_prepend(str(site))
+    methods._entry_points_loaded = False
+    assert main(["run", "--methods", "deep_ensemble", "--dry-run", "--data-dir", str(tiny_data), "-q"]) == 0
+    assert main(["list"]) == 0
+    assert "broken: not loadable: entry point broken = bad_pkg:Broken: Broken.penalty(self, model, task_loss) " \
+           "does not match the method API" in capsys.readouterr().out
+    assert main(["run", "--methods", "broken", "--dry-run", "-q"]) == 2
+    assert capsys.readouterr().err == ("dare-bench: error: entry point broken = bad_pkg:Broken: Broken.penalty(self, "
+                                       "model, task_loss) does not match the method API: expected "
+                                       "penalty(self, model, task_loss, batch)\n")
+
+
+def test_the_api_warns_about_failed_runs(tiny_data, tmp_path):
+    import bench
+    path = plugin(tmp_path, '''
+        def penalty(self, model, task_loss, batch):
+            raise ZeroDivisionError("a bug in the plugin")
+    ''')
+    with pytest.warns(RuntimeWarning, match="1 of 1 runs failed .*: broken.* seed 0: training: ZeroDivisionError"):
+        runs = bench.run(["broken"], seeds=[0], plugins=[path], protocol={"epochs": 1, "val_size": 50},
+                         data_dir=tiny_data, out=tmp_path / "out", progress=False)
+    assert runs["status"].tolist() == ["error"]

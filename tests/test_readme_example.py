@@ -36,4 +36,4 @@ def test_readme_shows_the_tested_example():
     """The README's short "Adding a method" shows the same file as docs/methods.md, so the tested copy
     is the one readers see."""
     shown = [m.group(1) for m in EXAMPLE.finditer((ROOT / "README.md").read_text())]
-    assert shown in ([], [EXAMPLE.search(METHODS_DOC.read_text()).group(1)])
+    assert shown == [EXAMPLE.search(METHODS_DOC.read_text()).group(1)]
