@@ -44,7 +44,8 @@ class Plan:
 def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int] | None = None,
          protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
          data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), device: str = "auto",
-         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None) -> Plan:
+         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
+         pack_size: int | str = "auto") -> Plan:
     """Validate everything (ConfigError on bad input) and say where the grid will run."""
     load_entry_points()
     for path in plugins:
@@ -53,7 +54,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     configs = expand_grid(name, values, list(methods) if methods else None,
                           list(seeds) if seeds is not None else None, dict(protocol or {}),
                           Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
-    execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize})
+    execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     executor = make_executor({"jobs": jobs, "dask_address": dask})
     # the folder: out, else the preset's own `out`, else results/<preset name>
@@ -113,7 +114,8 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
         protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), force: bool = False,
         download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
-        threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None) -> pd.DataFrame:
+        threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
+        pack_size: int | str = "auto") -> pd.DataFrame:
     """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
     per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
 
@@ -124,7 +126,7 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     the paper table, of every run in the folder.
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
-             vectorize, jobs, dask)
+             vectorize, jobs, dask, pack_size)
     done = execute(p, download, progress, force)
     if plots:
         from bench.report import report_folder

@@ -165,6 +165,11 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
     group = run.add_argument_group("execution (speed only: results do not depend on these)")
     group.add_argument("--device", default="auto", help="auto (a GPU when present), cpu, cuda or cuda:N")
     group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
+    group.add_argument("--pack-size", default="auto", metavar="N|auto",
+                       help="networks (runs x members) trained together as one stacked computation: runs of "
+                       "one method, protocol and split pack together (deep ensembles, DARE, AnchorNet, single "
+                       "networks; other methods train alone). 1: run by run; auto: as many as a quarter of the "
+                       "device's memory holds, at most 128. Packing changes speed, never results")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")
     group.add_argument("--jobs", default="1", metavar="N",
@@ -191,7 +196,8 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
     overrides = {k[len("protocol_"):]: v for k, v in vars(args).items()
                  if k.startswith("protocol_") and v is not None}
     return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
-                    args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask)
+                    args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
+                    args.pack_size)
 
 
 def plural(n: int, noun: str) -> str:

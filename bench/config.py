@@ -21,6 +21,12 @@ OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfa
 SPLIT_FROM_RUN_SEED = "run"
 
 
+def parse_pack_size(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    return parse_int(value)
+
+
 def parse_split_seed(value: Any) -> int | str:
     if isinstance(value, str) and value.strip().lower() == SPLIT_FROM_RUN_SEED:
         return SPLIT_FROM_RUN_SEED
@@ -91,7 +97,20 @@ class Execution:
     threads: int | None = option(None, lambda v: None if v is None else parse_int(v), "an integer >= 1",
                                  check=lambda v: v is None or v >= 1, help="CPU threads for torch (default: torch's)")
     vectorize: bool = option(True, parse_bool, "true or false",
-                             help="train an ensemble's members together (false: one after another)")
+                             help="train an ensemble's members together (false: one after another, no packs)")
+    pack_size: int | str = option("auto", parse_pack_size, "auto or an integer >= 1",
+                                  check=lambda v: v == "auto" or v >= 1,
+                                  help="networks (runs x members) trained together in one pack; 1: run by run; "
+                                  "auto: as many as a quarter of the device's memory holds, at most 128")
+
+    def max_pack_networks(self, protocols: list[Protocol]) -> int:
+        """The pack size in networks for runs of these protocols."""
+        if not self.vectorize or not protocols:
+            return 1
+        if self.pack_size != "auto":
+            return self.pack_size
+        from bench.packs import auto_pack_networks
+        return min(auto_pack_networks(p, self.torch_device()) for p in dict.fromkeys(protocols))
 
     def torch_device(self):
         import torch

@@ -15,7 +15,8 @@ from bench.config import Execution, RunConfig
 from bench.data import load_benchmark_data
 from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
-from bench.runner import run_one
+from bench.packs import make_packs
+from bench.runner import run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
 
@@ -23,24 +24,32 @@ if TYPE_CHECKING:
     from bench.grid import GridItem
 
 
-def run_and_store(config: RunConfig, data_dir: Path, out_dir: Path, execution: Execution,
-                  download: bool, progress: bool, plugins: tuple[Path, ...] = ()) -> dict:
-    """One task, the same in every executor: load the plugin files that define methods (a worker
-    process starts without them), the data (cached per process), the records of the runs it
-    depends on; train, evaluate, store."""
+def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
+                  download: bool, progress: bool, plugins: tuple[Path, ...] = ()) -> list[dict]:
+    """One task, the same in every executor: a pack of runs (``bench.packs``; one protocol and
+    split). Load the plugin files that define methods (a worker process starts without them), the
+    data (cached per process), the records of the runs they depend on; train, evaluate, store
+    each run's record as the pack ends."""
     for path in plugins:
         load_plugin(path)
     store = RunStore(out_dir)
+    references = [_references(store, config) for config in pack]
+    data = load_benchmark_data(pack[0].protocol, data_dir, download, pack[0].seed)
+    records = []
+    for record, arrays in run_pack(pack, data, progress=progress, execution=execution, references=references):
+        store.add(record, arrays)
+        records.append(record)
+    return records
+
+
+def _references(store: RunStore, config: RunConfig) -> dict[str, dict]:
     references = {}
     for role, ref in config.references().items():
         try:
             references[role] = store.load(ref.run_id)
         except (FileNotFoundError, CorruptRecord):
             pass  # the method reports a missing reference as a recorded error
-    data = load_benchmark_data(config.protocol, data_dir, download, config.seed)
-    record, arrays = run_one(config, data, progress=progress, execution=execution, references=references)
-    store.add(record, arrays)
-    return record
+    return references
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +73,22 @@ class Executor:
             return execution
         return dataclasses.replace(execution, threads=max(1, (os.cpu_count() or 1) // self.jobs))
 
-    def map(self, configs: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
+    def map(self, packs: list[list[RunConfig]], data_dir: Path, out_dir: Path, execution: Execution,
             download: bool, progress: bool) -> Iterator[dict]:
-        """Run every config; yield each record as its run finishes (in completion order)."""
+        """Run every pack; yield each record as its pack finishes (in completion order)."""
         if self.in_process:
-            for config in configs:
-                yield run_and_store(config, data_dir, out_dir, execution, download, progress)
+            for pack in packs:
+                yield from run_and_store(pack, data_dir, out_dir, execution, download, progress)
             return
         from joblib import Parallel, delayed, parallel_config
 
         execution = self.worker_execution(execution)
         plugins = tuple(plugin_files())
-        tasks = (delayed(run_and_store)(c, data_dir, out_dir, execution, download, False, plugins) for c in configs)
+        tasks = (delayed(run_and_store)(p, data_dir, out_dir, execution, download, False, plugins) for p in packs)
         with self._backend() as (backend, n_jobs):
             with parallel_config(backend=backend, n_jobs=n_jobs):
-                yield from Parallel(return_as="generator_unordered")(tasks)
+                for records in Parallel(return_as="generator_unordered")(tasks):
+                    yield from records
 
     @contextlib.contextmanager
     def _backend(self):
@@ -208,7 +218,8 @@ class _Runner:
         for phase in with_references(batch):
             todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
                     and (self.force or not self.store.check([c.run_id])[0])]
-            for record in self.executor.map(todo, self.data_dir, self.store.out, self.execution, self.download,
+            packs = make_packs(todo, self.execution.max_pack_networks([c.protocol for c in todo]))
+            for record in self.executor.map(packs, self.data_dir, self.store.out, self.execution, self.download,
                                             self.progress):
                 self.done_now.add(record["run_id"])
                 if self.progress:

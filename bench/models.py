@@ -15,18 +15,21 @@ from torch import nn
 from bench.seeding import member_generator
 
 
-def member_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def member_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                  per_network: bool = False) -> torch.Tensor:
     """Per-member affine map: h (M, N, in) or (N, in) shared, weight (M, in, out), bias (M, out).
 
-    On the CPU, bmm spreads its batch of members over the threads, so when the member count is not
-    a multiple of the thread count some threads idle (measured here: 3 members on 2 threads run at
-    129 GFLOP/s, 2 or 4 members at ~190). The remainder members therefore go through addmm, which
-    splits one matrix over all threads. On a GPU one baddbmm is best.
+    On the CPU, bmm spreads its batch of members over the threads, each matrix on one thread, so
+    when the member count is not a multiple of the thread count some threads idle (measured here:
+    3 members on 2 threads run at 129 GFLOP/s, 2 or 4 members at ~190). The remainder members
+    therefore go through addmm, which splits one matrix over all threads. ``per_network``: one
+    baddbmm for all, so that every member is computed by the same kernel whatever the member count
+    (a packable model's results must not depend on its pack). On a GPU one baddbmm is best.
     """
     members = weight.shape[0]
     if h.dim() == 2:
         h = h.expand(members, *h.shape)
-    if h.device.type != "cpu":
+    if h.device.type != "cpu" or per_network:
         return torch.baddbmm(bias.unsqueeze(1), h, weight)
     batched = members - members % torch.get_num_threads()
     parts = [torch.baddbmm(bias[:batched].unsqueeze(1), h[:batched], weight[:batched])] if batched else []
@@ -57,11 +60,12 @@ class StackedMLP(nn.Module):
     """
 
     def __init__(self, members: int, in_features: int, hidden: tuple[int, ...], out_features: int,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, per_network_kernels: bool = False):
         super().__init__()
         sizes = [in_features, *hidden, out_features]
         self.members = members
         self.dropout = dropout
+        self.per_network_kernels = per_network_kernels  # see member_linear
         self.weights = nn.ParameterList(
             nn.Parameter(torch.empty(members, n_in, n_out)) for n_in, n_out in zip(sizes[:-1], sizes[1:]))
         self.biases = nn.ParameterList(
@@ -69,9 +73,10 @@ class StackedMLP(nn.Module):
 
     @classmethod
     def for_seed(cls, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
-                 out_features: int, dropout: float = 0.0, init: str = "torch") -> "StackedMLP":
+                 out_features: int, dropout: float = 0.0, init: str = "torch",
+                 per_network_kernels: bool = False) -> "StackedMLP":
         """A model of len(member_ids) members, member i initialised from generator (seed, member_ids[i])."""
-        model = cls(len(member_ids), in_features, hidden, out_features, dropout)
+        model = cls(len(member_ids), in_features, hidden, out_features, dropout, per_network_kernels)
         for i, m in enumerate(member_ids):
             model.reset_member(i, member_generator(seed, m, "init"), init)
         return model
@@ -81,11 +86,22 @@ class StackedMLP(nn.Module):
         """One stacked model from several (e.g. members trained one after another)."""
         first = models[0]
         sizes = [w.shape[1] for w in first.weights] + [first.weights[-1].shape[2]]
-        out = cls(sum(m.members for m in models), sizes[0], tuple(sizes[1:-1]), sizes[-1], first.dropout)
+        out = cls(sum(m.members for m in models), sizes[0], tuple(sizes[1:-1]), sizes[-1], first.dropout,
+                  first.per_network_kernels)
         with torch.no_grad():
             for target, *sources in zip(out.parameters(), *(m.parameters() for m in models)):
                 target.copy_(torch.cat(sources))
         return out.to(first.weights[0].device)
+
+    def select(self, members: list[int]) -> "StackedMLP":
+        """A stacked model of copies of the given members (a run's part of a pack)."""
+        sizes = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[2]]
+        out = StackedMLP(len(members), sizes[0], tuple(sizes[1:-1]), sizes[-1], self.dropout, self.per_network_kernels)
+        index = torch.tensor(members, device=self.weights[0].device)
+        with torch.no_grad():
+            for target, source in zip(out.parameters(), self.parameters()):
+                target.copy_(source.index_select(0, index).cpu())
+        return out.to(self.weights[0].device)
 
     @torch.no_grad()
     def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
@@ -110,5 +126,5 @@ class StackedMLP(nn.Module):
                 h = torch.relu(h)
                 if dropout and self.dropout > 0:
                     h = F.dropout(h, self.dropout, training=True)
-            h = member_linear(h, self.layer_weight(layer), bias)
+            h = member_linear(h, self.layer_weight(layer), bias, self.per_network_kernels)
         return h

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import time
 import traceback
 
@@ -12,7 +13,8 @@ from bench import provenance
 from bench.config import Execution, RunConfig
 from bench.data import BenchData
 from bench.metrics import InvalidPredictions, check_own_scores, check_probabilities, evaluate, ood_column, score_key
-from bench.train import Diverged, train
+from bench.packs import packed_method
+from bench.train import Diverged, train, train_pack
 from methods.base import DEFAULT_SCORE, ReferenceFailed
 
 TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
@@ -20,68 +22,117 @@ TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
 
 def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution: Execution = Execution(),
             references: dict[str, dict] | None = None) -> tuple[dict, dict | None]:
-    """Train and evaluate one run. ``references`` are the finished records of the runs that
-    ``config.references()`` names. Returns (record, arrays for plots), or (record, None) for a run
-    that diverged (status 'diverged') or failed (status 'error': the method raised, its predictions
-    broke the contract, or a reference is unusable). A failure is contained: the record says why
-    in one line (``error``) and keeps the traceback; the grid goes on."""
+    """Train and evaluate one run (see run_pack)."""
+    return run_pack([config], data, progress, execution, [references or {}])[0]
+
+
+def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, execution: Execution = Execution(),
+             references: list[dict[str, dict]] | None = None) -> list[tuple[dict, dict | None]]:
+    """Train a pack of runs (``bench.packs``: one protocol and split; one run alone is a pack of
+    one) as one stacked computation, then evaluate each. ``references[i]`` are the finished
+    records of the runs that ``configs[i].references()`` names. Returns per run (record, arrays
+    for plots), or (record, None) for a run that diverged (status 'diverged') or failed (status
+    'error': the method raised, its predictions broke the contract, or a reference is unusable).
+    A failure is contained: the record says why in one line (``error``) and keeps the traceback;
+    the other runs and the grid go on."""
     device = execution.torch_device()
     if execution.threads:
         torch.set_num_threads(execution.threads)
+    references = references or [{} for _ in configs]
+    networks = [c.make_method().n_networks for c in configs]
+    pack = {"pack_id": hashlib.sha1(" ".join(c.run_id for c in configs).encode()).hexdigest()[:12],
+            "pack_runs": len(configs), "pack_networks": sum(networks)}
+    records = [_base_record(c, data, execution, device, pack) for c in configs]
+    out: list[tuple[dict, dict | None] | None] = [None] * len(configs)
+    bound = []  # (index, method bound to its references)
+    for i, config in enumerate(configs):
+        try:
+            method, values = config.make_method().bind(references[i])
+            records[i].update(values)
+            bound.append((i, method))
+        except ReferenceFailed as exc:
+            records[i].update(status="error", error=str(exc), finished_at=_now())
+            out[i] = records[i], None
+        except Exception as exc:  # noqa: BLE001 - a method's bug is this run's result, not the grid's end
+            out[i] = _failed(records[i], "binding its references", exc)
+    if bound:
+        try:
+            results = _train(configs, bound, data, progress, execution, device)
+        except Exception as exc:  # noqa: BLE001
+            results = [exc] * len(bound)
+        for (i, method), result in zip(bound, results):
+            if isinstance(result, Diverged):
+                records[i].update(status="diverged", diverged_epoch=result.epoch, finished_at=_now())
+                out[i] = records[i], None
+            elif isinstance(result, Exception):
+                out[i] = _failed(records[i], "training", result)
+            else:
+                out[i] = _evaluate(configs[i], method, result, data, device, records[i])
+    return out
+
+
+def _base_record(config: RunConfig, data: BenchData, execution: Execution, device, pack: dict) -> dict:
+    """What a record says before the run trains: its config and how it executes."""
     row = config.row()
-    record = {**row, "config_columns": [k for k in row if k not in ("run_id", "seed")],
-              "config": config.to_dict(), "ood_skipped": "; ".join(f"{k}: {v}" for k, v in data.ood_skipped.items()),
-              "device": str(device), "vectorized": execution.vectorize, "threads": torch.get_num_threads(),
-              "torch_version": torch.__version__, "numpy_version": np.__version__, **provenance.stamp()}
-    stage = ["binding its references"]  # where a failure happened, for its one-line reason
-    try:
-        arrays = _train_and_evaluate(config, data, progress, execution, device, references or {}, record, stage)
-    except ReferenceFailed as exc:
-        record.update(status="error", error=str(exc), finished_at=_now())
-        return record, None
-    except Diverged as exc:
-        record.update(status="diverged", diverged_epoch=exc.epoch, finished_at=_now())
-        return record, None
-    except InvalidPredictions as exc:  # non-finite numbers: divergence, a result; anything else: a broken contract
-        if exc.nonfinite:
-            record.update(status="diverged", diverged_epoch=exc.epoch, diverged_reason=str(exc), finished_at=_now())
-        else:
-            record.update(status="error", error=f"invalid predictions from {exc}", finished_at=_now())
-        return record, None
-    except Exception as exc:  # noqa: BLE001 - a method's bug is this run's result, not the grid's end
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        record.update(status="error", error=f"{stage[0]}: {type(exc).__name__}" + (f": {reason}" if reason else ""),
-                      traceback=traceback.format_exc(), finished_at=_now())
-        return record, None
-    return record, arrays
+    return {**row, "config_columns": [k for k in row if k not in ("run_id", "seed")],
+            "config": config.to_dict(), "ood_skipped": "; ".join(f"{k}: {v}" for k, v in data.ood_skipped.items()),
+            "device": str(device), "vectorized": execution.vectorize, "threads": torch.get_num_threads(), **pack,
+            "torch_version": torch.__version__, "numpy_version": np.__version__, **provenance.stamp()}
 
 
-def _train_and_evaluate(config: RunConfig, data: BenchData, progress: bool, execution: Execution, device,
-                        references: dict[str, dict], record: dict, stage: list[str]) -> dict:
-    """Bind, train, predict, check the predictions, evaluate; fills ``record`` (status ok) and
-    returns the arrays for plots. ``stage[0]`` names the step under way."""
-    method, bound_values = config.make_method().bind(references)
-    record.update(bound_values)
-    stage[0] = "training"
-    result = train(method, config.protocol, data.train, data.n_classes, config.seed,
-                   progress=progress, label=f"{config.variant} seed {config.seed}", device=device,
-                   vectorize=execution.vectorize, val=data.val)
-    stage[0] = "predicting"
+def _train(configs: list[RunConfig], bound: list, data: BenchData, progress: bool, execution: Execution,
+           device) -> list:
+    """The bound runs' TrainResults (or Diverged): one run through ``train``, several through ``train_pack``."""
+    first = configs[bound[0][0]]
+    if len(bound) == 1:
+        try:
+            return [train(bound[0][1], first.protocol, data.train, data.n_classes, first.seed, progress=progress,
+                          label=f"{first.variant} seed {first.seed}", device=device,
+                          vectorize=execution.vectorize, val=data.val)]
+        except Diverged as exc:
+            return [exc]
+    methods = [method for _, method in bound]
+    networks = sum(m.n_networks for m in methods)
+    return train_pack([(method, configs[i].seed) for i, method in bound], packed_method(methods, device),
+                      first.protocol, data.train, data.n_classes, progress=progress,
+                      label=f"pack of {len(bound)} {first.method} runs ({networks} networks)", device=device,
+                      val=data.val)
+
+
+def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:
+    """The record of a run whose method raised: the one-line reason and the traceback."""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    record.update(status="error", error=f"{stage}: {type(exc).__name__}" + (f": {reason}" if reason else ""),
+                  traceback="".join(traceback.format_exception(exc)), finished_at=_now())
+    return record, None
+
+
+def _evaluate(config: RunConfig, method, result, data: BenchData, device, record: dict) -> tuple[dict, dict | None]:
+    """Predict on every split, check the predictions, evaluate: the run's finished record."""
     start = time.perf_counter()
     torch.manual_seed(config.seed)  # MC dropout's test-time masks
-    p_val = method.predict_proba(result.model, data.val.x.to(device))  # val: no OOD scores
-    p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val
     try:
+        p_val = method.predict_proba(result.model, data.val.x.to(device))  # val: no OOD scores
+        p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val
         p_id, own_id = _predict(method, result.model, data.test, data.n_classes, device, "test split")
         ood = {name: _predict(method, result.model, split, data.n_classes, device, f"OOD set {name}")
                for name, split in data.ood.items()}
         check_probabilities(p_val, len(data.val), data.n_classes, "predict_proba on the validation split")
-    except InvalidPredictions as exc:
-        exc.epoch = max(result.epochs_run)  # for a divergence: the last epoch trained
-        raise
-    stage[0] = "evaluating"
-    metrics, scores = evaluate(p_id, data.test.y.numpy(), {n: p for n, (p, _) in ood.items()},
-                               p_val, data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood.items()})
+    except InvalidPredictions as exc:  # non-finite numbers: divergence, a result; anything else: a broken contract
+        if exc.nonfinite:
+            record.update(status="diverged", diverged_epoch=max(result.epochs_run), diverged_reason=str(exc),
+                          finished_at=_now())
+        else:
+            record.update(status="error", error=f"invalid predictions from {exc}", finished_at=_now())
+        return record, None
+    except Exception as exc:  # noqa: BLE001
+        return _failed(record, "predicting", exc)
+    try:
+        metrics, scores = evaluate(p_id, data.test.y.numpy(), {n: p for n, (p, _) in ood.items()},
+                                   p_val, data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood.items()})
+        arrays = _plot_arrays(p_id, scores, data)
+    except Exception as exc:  # noqa: BLE001
+        return _failed(record, "evaluating", exc)
     finite_val = [v for v in result.val_loss if np.isfinite(v)]
     record.update(status="ok", **metrics, train_seconds=result.seconds,
                   eval_seconds=time.perf_counter() - start,
@@ -94,7 +145,7 @@ def _train_and_evaluate(config: RunConfig, data: BenchData, progress: bool, exec
                   val_task_loss=float(np.mean(finite_val)) if len(finite_val) == len(result.val_loss) else None,
                   param_abs_mean=float(np.mean(result.param_abs_mean)),
                   history=result.history, finished_at=_now())
-    return _plot_arrays(p_id, scores, data)
+    return record, arrays
 
 
 def _predict(method, model, split, n_classes: int, device, where: str) -> tuple[np.ndarray, dict]:

@@ -65,14 +65,50 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     all_members = list(range(method.n_networks))
     # jointly trained members share one loss, so they always train together
     groups = [all_members] if vectorize or method.joint else [[m] for m in all_members]
-    parts = [_train_members(method, protocol, x, y, val_xy, n_classes, seed, ids, device, progress,
-                            label if len(groups) == 1 else f"{label} member {ids[0]}") for ids in groups]
+    parts = [_train_members([PackRun(method, seed, ids)], method, protocol, x, y, val_xy, n_classes, device,
+                            progress, label if len(groups) == 1 else f"{label} member {ids[0]}")[0]
+             for ids in groups]
+    for part in parts:
+        if isinstance(part, Diverged):
+            raise part
     model = parts[0].model if len(groups) == 1 else StackedMLP.stack([p.model for p in parts])
     history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
     return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
                        [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],
                        [v for p in parts for v in p.param_abs_mean], time.perf_counter() - start,
                        [e for p in parts for e in p.nonfinite_epochs])
+
+
+@dataclasses.dataclass(frozen=True)
+class PackRun:
+    """One run of a pack: its method (bound to its references), its seed and its members."""
+    method: Method
+    seed: int
+    member_ids: list[int]
+
+
+def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protocol, data: Split, n_classes: int,
+               progress: bool = True, label: str = "", device: torch.device | str = "cpu",
+               val: Split | None = None) -> list[TrainResult | Diverged]:
+    """Train several runs (method, seed) of one protocol and split as one stacked computation:
+    every network (run x member) on the member axis, each with its own init and data-order streams,
+    optimiser state, early stop, checkpoint and non-finite handling, so each run's result equals its
+    result trained alone. ``packed`` is the runs' method with the options that differ between them as
+    per-network tensors (``bench.packs.packed_method``). Returns per run its TrainResult, or the
+    Diverged of a run whose loss or parameters went non-finite (the other runs go on untouched).
+    ``seconds`` of each result is the pack's training time shared by network count."""
+    start = time.perf_counter()
+    device = torch.device(device)
+    x, y = data.x.to(device), data.y.to(device)
+    val_xy = None if val is None or len(val) == 0 else (val.x.to(device), val.y.to(device))
+    pack = [PackRun(method, seed, list(range(method.n_networks))) for method, seed in runs]
+    results = _train_members(pack, packed, protocol, x, y, val_xy, n_classes, device, progress, label)
+    networks = sum(len(run.member_ids) for run in pack)
+    seconds = time.perf_counter() - start
+    for run, result in zip(pack, results):
+        if isinstance(result, TrainResult):
+            result.seconds = seconds * len(run.member_ids) / networks
+    return results
 
 
 def per_member(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -113,16 +149,18 @@ def member_abs_mean(model: torch.nn.Module) -> torch.Tensor:
     A parameter with a leading member axis counts for its member; any other (a shared weight, as in
     BatchEnsemble) counts for every member."""
     members = model.members
-    total = torch.zeros(members, device=next(model.parameters()).device)
+    # float64 sums rounded to float32: the same value whatever the member count (a float32 sum's
+    # rounding depends on how the reduction is split over threads, which depends on the count)
+    total = torch.zeros(members, dtype=torch.float64, device=next(model.parameters()).device)
     count = 0
     for p in model.parameters():
         if has_member_axis(p, members):
-            total += p.abs().reshape(members, -1).sum(dim=1)
+            total += p.abs().reshape(members, -1).sum(dim=1, dtype=torch.float64)
             count += p[0].numel()
         else:
-            total += p.abs().sum()
+            total += p.abs().sum(dtype=torch.float64)
             count += p.numel()
-    return total / count
+    return (total / count).float()
 
 
 def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor,
@@ -148,8 +186,11 @@ class Members:
     member means.
     """
 
-    def __init__(self, params: list[torch.Tensor], count: int, epochs: int, unit: bool, device: torch.device):
+    def __init__(self, params: list[torch.Tensor], count: int, epochs: int, unit: bool, device: torch.device,
+                 run_of: list[int] | None = None):
         self.params, self.count, self.unit = params, count, unit
+        self.run_of = run_of or [0] * count  # the run each member belongs to (a pack holds several)
+        self.diverged: dict[int, int] = {}    # run -> the epoch it went non-finite without a checkpoint
         self.active = torch.ones(count, dtype=torch.bool, device=device)
         self.epochs_run = [epochs] * count
         self.nonfinite_epochs = [0] * count  # per member: the epoch its loss or weights went non-finite (0: never)
@@ -191,16 +232,23 @@ class Members:
 
     def stop_nonfinite(self, epoch_loss: torch.Tensor, epoch: int) -> None:
         """Stop the members whose loss or weights went non-finite, back on their checkpoint (Keras'
-        restore-on-checkpoint does the same). Raises Diverged when one of them has none."""
+        restore-on-checkpoint does the same). A run with such a member that has none (or whose
+        members are one unit) diverged: all its members stop, and the other runs go on."""
         broken = self.active & ~(torch.isfinite(epoch_loss) & finite_members(self.params, self.count))
         if not bool(broken.any()):
             return
-        if self.unit or self.saved is None or not bool((self.kept_epoch[broken] > 0).all()):
-            raise Diverged(epoch)
-        with torch.no_grad():
-            for p, keep in zip(self.params, self.saved):
-                p.copy_(per_member(broken, keep, p))
-        self.stop(broken, epoch, nonfinite=True)
+        saved = self.kept_epoch > 0 if self.saved is not None and not self.unit else torch.zeros_like(broken)
+        lost = {self.run_of[m] for m in torch.nonzero(broken & ~saved).flatten().tolist()}
+        in_lost = torch.tensor([r in lost for r in self.run_of], device=broken.device)
+        for run in lost:
+            self.diverged[run] = epoch
+        restore = broken & ~in_lost
+        if bool(restore.any()):
+            with torch.no_grad():
+                for p, keep in zip(self.params, self.saved):
+                    p.copy_(per_member(restore, keep, p))
+            self.stop(restore, epoch, nonfinite=True)
+        self.stop(self.active & in_lost, epoch)
 
     @torch.no_grad()
     def checkpoint(self, rule: str, threshold: float | None, val_loss: torch.Tensor, epoch: int) -> None:
@@ -242,29 +290,63 @@ class _Loop:
     progress: bool
 
 
-def _train_members(method: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
-                   val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, seed: int,
-                   member_ids: list[int], device: torch.device, progress: bool, label: str) -> TrainResult:
-    torch.manual_seed(seed)  # dropout masks and any other draw a method makes during training
-    model = method.build_model(seed, member_ids, x.shape[1], protocol.hidden, n_classes, protocol.init).to(device)
-    state = method.prepare(model, seed, member_ids)
+def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features: int, n_classes: int,
+           device: torch.device) -> tuple[torch.nn.Module, Any]:
+    """The stacked model of the runs' members, each run's built from its own streams, and the
+    methods' training state stacked likewise."""
+    models, states = [], []
+    for run in runs:
+        torch.manual_seed(run.seed)  # dropout masks and any other draw a method makes during training
+        model = run.method.build_model(run.seed, run.member_ids, in_features, protocol.hidden, n_classes,
+                                       protocol.init).to(device)
+        models.append(model)
+        states.append(run.method.prepare(model, run.seed, run.member_ids))
+    if len(runs) == 1:
+        return models[0], states[0]
+    return StackedMLP.stack(models), packed.stack_states(states)
+
+
+def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
+                   val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, device: torch.device,
+                   progress: bool, label: str) -> list[TrainResult | Diverged]:
+    model, state = _build(runs, packed, protocol, x.shape[1], n_classes, device)
     params = list(model.parameters())
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
     optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
     # independent members each draw their own data order; joint ones share member 0's
-    order_gens = [member_generator(seed, m, "data_order") for m in ([0] if method.joint else member_ids)]
-    members = Members(params, model.members, protocol.epochs, method.joint, device)
-    loop = _Loop(method, protocol, model, state, optimizer, members, x, y, val, order_gens, member_ids,
-                 device, label, progress)
+    order_gens = [member_generator(run.seed, m, "data_order")
+                  for run in runs for m in ([0] if packed.joint else run.member_ids)]
+    run_of = [r for r, run in enumerate(runs) for _ in run.member_ids]
+    members = Members(params, model.members, protocol.epochs, packed.joint, device, run_of)
+    loop = _Loop(packed, protocol, model, state, optimizer, members, x, y, val, order_gens,
+                 [m for run in runs for m in run.member_ids], device, label, progress)
     history: list[dict] = []
     for epoch in range(1, protocol.epochs + 1):
         epoch_loss, epoch_acc = _train_epoch(loop, epoch)
         if not _end_epoch(loop, epoch, epoch_loss, epoch_acc, history):
             break
     members.restore()
-    final_val = validation_loss(method, model, val).tolist() if val is not None else [float("nan")] * members.count
-    return TrainResult(model, members.epochs_run, history, members.kept_epoch.tolist(), final_val,
-                       member_abs_mean(model).tolist(), nonfinite_epochs=members.nonfinite_epochs)
+    final_val = validation_loss(packed, model, val).tolist() if val is not None else [float("nan")] * members.count
+    return _per_run(runs, model, members, history, final_val)
+
+
+def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
+             final_val: list[float]) -> list[TrainResult | Diverged]:
+    """Each run's part of a pack's training: its TrainResult, or its Diverged."""
+    abs_mean = member_abs_mean(model).tolist()
+    out: list[TrainResult | Diverged] = []
+    for r in range(len(runs)):
+        if r in members.diverged:
+            out.append(Diverged(members.diverged[r]))
+            continue
+        idx = [i for i, run in enumerate(members.run_of) if run == r]
+        out.append(TrainResult(model if len(runs) == 1 else model.select(idx),
+                               [members.epochs_run[i] for i in idx],
+                               [{k: v for k, v in h.items() if k != "network"} for h in history
+                                if members.run_of[h["network"]] == r],
+                               [members.kept_epoch.tolist()[i] for i in idx], [final_val[i] for i in idx],
+                               [abs_mean[i] for i in idx], nonfinite_epochs=[members.nonfinite_epochs[i] for i in idx]))
+    return out
 
 
 def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -330,7 +412,7 @@ def _end_epoch(loop: _Loop, epoch: int, epoch_loss: torch.Tensor, epoch_acc: tor
         members.checkpoint(method.checkpoint, method.checkpoint_threshold, val_loss, epoch)
     for i, m in enumerate(loop.member_ids):
         if members.active[i]:
-            history.append({"epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
+            history.append({"network": i, "epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
                             "train_acc": float(epoch_acc[i]),
                             "val_loss": float(val_loss[i]) if val_loss is not None else float("nan"),
                             "param_abs_mean": abs_mean[i]})

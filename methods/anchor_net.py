@@ -28,6 +28,8 @@ def anchor_distance(params: list[torch.Tensor], anchors: list[torch.Tensor]) -> 
 class AnchorNet(Method):
     name = "anchor_net"
     summary = "independent members, each pulled towards its own random anchor drawn from N(0, sigma^2)"
+    packable = True
+    pack_options = ("sigma", "lam")  # sigma only draws the anchors; lam weighs each member's own term
 
     members: int = option(3, **MEMBERS_OPTION)
     sigma: float = option(1.0, **POSITIVE, help="standard deviation of the anchors")

@@ -78,6 +78,13 @@ class Method:
     has_threshold: ClassVar[bool] = False  # may use checkpoint=last_below_threshold
     joint: ClassVar[bool] = False  # members share batches and one objective (see the module docstring)
 
+    # Packs (bench.packs): runs of one method, protocol and split may train as one stacked computation
+    # when the method's members are independent and it draws nothing from torch's global generator
+    # while training; the options named in pack_options may differ between the runs of a pack (each
+    # becomes a per-network tensor: write the method so that such an option works as one).
+    packable: ClassVar[bool] = False
+    pack_options: ClassVar[tuple[str, ...]] = ()
+
     checkpoint: str = choice("none", CHECKPOINT_RULES,
                              help="per member, after every epoch, on the validation task loss: none (keep the "
                              "final weights), best (restore the best epoch), last_below_threshold (the last "
@@ -111,11 +118,19 @@ class Method:
         """The model to train: any module with a ``members`` attribute whose ``forward(x, dropout)``
         maps (N, D) or (M, N, D) inputs to (M, N, K) outputs. Default: the stacked MLP, member i
         initialised from the (seed, member_ids[i]) stream."""
-        return StackedMLP.for_seed(seed, member_ids, in_features, hidden, n_classes, self.dropout_rate, init)
+        return StackedMLP.for_seed(seed, member_ids, in_features, hidden, n_classes, self.dropout_rate, init,
+                                   per_network_kernels=self.packable)
 
     def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> Any:
         """Training state kept beside the model, passed back as ``Batch.state``."""
         return None
+
+    def stack_states(self, states: list[Any]) -> Any:
+        """The ``prepare`` states of the runs of a pack as one: None, or tensors stacked on the member
+        axis (a list of them, position by position)."""
+        if all(s is None for s in states):
+            return None
+        return [torch.cat(parts) for parts in zip(*states)]
 
     @property
     def label(self) -> str:

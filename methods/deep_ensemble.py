@@ -41,6 +41,7 @@ def eq35_distance(outputs: np.ndarray) -> np.ndarray:
 class DeepEnsemble(Method):
     name = "deep_ensemble"
     summary = "independently initialised members trained on the task loss (ce or the paper's mse)"
+    packable = True
 
     members: int = option(3, **MEMBERS_OPTION)
     loss: str = choice("ce", tuple(TASK_LOSSES), help=LOSS_HELP)

@@ -14,6 +14,7 @@ from methods.deep_ensemble import LOSS_HELP
 class SingleNetwork(Method):
     name = "single_network"
     summary = "one deterministic network trained on the task loss (no ensemble)"
+    packable = True
 
     loss: str = choice("ce", tuple(TASK_LOSSES), help=LOSS_HELP)
 

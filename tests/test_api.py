@@ -18,7 +18,7 @@ def test_run_returns_the_grid_as_a_dataframe_and_resumes(tiny_data, tmp_path, mo
     assert sorted(runs.loc[runs["method"] == "dare", "threshold"].unique()) == [0.1, 0.5]
     assert set(runs["members"]) == {2} and set(runs["epochs"]) == {2}
     # the same call again reuses every record: nothing trains
-    monkeypatch.setattr(executors, "run_one", lambda *a, **k: pytest.fail("retrained a finished run"))
+    monkeypatch.setattr(executors, "run_pack", lambda *a, **k: pytest.fail("retrained a finished run"))
     again = bench.run(["deep_ensemble", "dare"], options=["members=2", "dare.threshold=0.1,0.5"], out=out,
                       data_dir=tiny_data, **TINY)
     assert again["run_id"].tolist() == runs["run_id"].tolist()

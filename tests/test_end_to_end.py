@@ -87,23 +87,23 @@ def test_report_rebuilds_tables_from_records(tiny_data, tmp_path):
 def test_ctrl_c_keeps_every_finished_run_and_the_same_command_resumes(tiny_data, tmp_path, monkeypatch, capsys):
     import bench.executors as executors
 
-    real_run_one, calls = executors.run_one, []
+    real_run_pack, calls = executors.run_pack, []
 
     def interrupted_on_third(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_run_one(*args, **kwargs)
+        return real_run_pack(*args, **kwargs)
 
-    monkeypatch.setattr(executors, "run_one", interrupted_on_third)
+    monkeypatch.setattr(executors, "run_pack", interrupted_on_third)
     out = tmp_path / "results"
-    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS]) == 130
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--pack-size", "1"]) == 130
     assert "interrupted: every finished run is saved in" in capsys.readouterr().err
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 2 and set(runs["status"]) == {"ok"}
 
     calls.clear()
-    monkeypatch.setattr(executors, "run_one", lambda *a, **k: (calls.append(1), real_run_one(*a, **k))[1])
-    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots"]) == 0
+    monkeypatch.setattr(executors, "run_pack", lambda *a, **k: (calls.append(1), real_run_pack(*a, **k))[1])
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *ARGS, "--no-plots", "--pack-size", "1"]) == 0
     assert len(calls) == 4  # only the unfinished runs were trained
     assert len(pd.read_csv(out / "runs.csv")) == 6

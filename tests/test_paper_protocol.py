@@ -156,9 +156,9 @@ def records(out):
 
 
 def count_runs(monkeypatch):
-    real, calls = executors.run_one, []
-    monkeypatch.setattr(executors, "run_one", lambda config, *a, **k: (calls.append(config.variant),
-                                                                       real(config, *a, **k))[1])
+    real, calls = executors.run_pack, []
+    monkeypatch.setattr(executors, "run_pack", lambda pack, *a, **k: (calls.extend(c.variant for c in pack),
+                                                                     real(pack, *a, **k))[1])
     return calls
 
 
@@ -272,7 +272,7 @@ def test_the_paper_preset_reuses_its_de_mse_rows_as_dares_references():
     (["--preprocess", "raw256"], "preprocess='raw256' is out of range; allowed: raw or raw255 or standardize"),
 ])
 def test_bad_paper_protocol_input_is_one_line_and_exit_2(args, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(executors, "run_one", lambda *a, **k: pytest.fail("trained despite bad input"))
+    monkeypatch.setattr(executors, "run_pack", lambda *a, **k: pytest.fail("trained despite bad input"))
     assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), *QUIET, *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("dare-bench: error: ")

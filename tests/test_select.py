@@ -63,8 +63,8 @@ def test_a_failed_candidate_counts_as_worse_and_no_finite_candidate_is_an_error(
 
 
 def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp_path, monkeypatch, capsys):
-    real, trained = executors.run_one, []
-    monkeypatch.setattr(executors, "run_one", lambda c, *a, **k: (trained.append(c.run_id), real(c, *a, **k))[1])
+    real, trained = executors.run_pack, []
+    monkeypatch.setattr(executors, "run_pack", lambda p, *a, **k: (trained.extend(c.run_id for c in p), real(p, *a, **k))[1])
     out = tmp_path / "out"
     args = ["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "mod", "--seeds", "0", "1",
             "--epochs", "2", "--val-size", "50", "-o", "members=2", "--select", "mod.lam=0,0.1,1,10,100",
@@ -183,8 +183,8 @@ def test_an_interrupted_walk_resumes_without_retraining(tiny_data, tmp_path, mon
     selection.unlink()  # as if killed after the candidates finished, before the selection's record
     assert main(["report", "--out", str(out), "--no-plots"]) == 0  # an unfinished walk's candidates stay hidden
     assert "| mod(checkpoint=none, members=2, lam=" not in (out / "summary.md").read_text()
-    real, trained = executors.run_one, []
-    monkeypatch.setattr(executors, "run_one", lambda c, *a, **k: (trained.append(c.run_id), real(c, *a, **k))[1])
+    real, trained = executors.run_pack, []
+    monkeypatch.setattr(executors, "run_pack", lambda p, *a, **k: (trained.extend(c.run_id for c in p), real(p, *a, **k))[1])
     assert main(args) == 0
     assert trained == [] and len(json.loads(next(out.glob("records/sel-*.json")).read_text())["candidates"]) == walked
     assert main([*args, "--force"]) == 0

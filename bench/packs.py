@@ -1,0 +1,92 @@
+"""Packs: runs of a grid that train together as one stacked computation.
+
+Runs pack together when their method is ``packable`` (independent members, no draw from torch's
+global generator while training), and they share the method, the protocol with its train/validation
+split, and every option but the seed, the member count and the method's ``pack_options`` (which
+become per-network tensors, e.g. DARE's threshold). Every network (run x member) keeps its own init
+and data-order streams, optimiser state, early stop, checkpoint and non-finite handling, so packing
+changes speed, never results (``tests/test_packs.py`` checks it bitwise).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any
+
+import torch
+
+from bench.config import Protocol, RunConfig
+from methods import Method
+
+MAX_AUTO_NETWORKS = 128      # --pack-size auto never packs more networks than this
+AUTO_MEMORY_SHARE = 0.25     # of the device's memory
+
+
+def pack_key(config: RunConfig) -> tuple | None:
+    """What runs must share to pack together; None for a run that trains alone."""
+    method = config.make_method()
+    if not method.packable:
+        return None
+    loose = {*method.pack_options, "members"}
+    fixed = {k: v for k, v in config.method_options.items() if k not in loose}
+    unset = tuple(k for k in method.pack_options if config.method_options.get(k) is None)
+    protocol = dataclasses.replace(config.protocol, split_seed=config.protocol.split_seed_for(config.seed))
+    return config.method, json.dumps(fixed, sort_keys=True, default=str), unset, protocol
+
+
+def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConfig]]:
+    """The configs in packs of at most ``max_networks`` networks (a larger run alone), in the order
+    of each pack's first run."""
+    groups: dict[Any, list[RunConfig]] = {}
+    for i, config in enumerate(configs):
+        key = pack_key(config) if max_networks > 1 else None
+        groups.setdefault(("alone", i) if key is None else key, []).append(config)
+    packs = []
+    for group in groups.values():
+        pack, size = [], 0
+        for config in group:
+            n = config.make_method().n_networks
+            if pack and size + n > max_networks:
+                packs.append(pack)
+                pack, size = [], 0
+            pack.append(config)
+            size += n
+        packs.append(pack)
+    return packs
+
+
+def packed_method(methods: list[Method], device: torch.device | str = "cpu") -> Method:
+    """The runs' method for the training loop: the first run's, with each pack option whose value
+    differs between the runs as a per-network float32 tensor."""
+    first = methods[0]
+    if len(methods) == 1:
+        return first
+    networks = [m.n_networks for m in methods]
+    changes = {}
+    for name in first.pack_options:
+        values = [getattr(m, name) for m in methods]
+        if any(v != values[0] for v in values):
+            per_network = [float(v) for v, n in zip(values, networks) for _ in range(n)]
+            changes[name] = torch.tensor(per_network, dtype=torch.float32, device=device)
+    return dataclasses.replace(first, **changes)
+
+
+def network_bytes(protocol: Protocol, in_features: int = 784, n_classes: int = 10) -> int:
+    """A bound on one network's training memory: parameters with their gradient, Adam moments,
+    checkpoint and frozen copies, plus its batch's activations forward and backward."""
+    sizes = [in_features, *protocol.hidden, n_classes]
+    params = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    activations = protocol.batch_size * sum(sizes) * 3
+    return 4 * (6 * params + activations)
+
+
+def auto_pack_networks(protocol: Protocol, device: torch.device) -> int:
+    """--pack-size auto: as many networks as fit in a share of the device's memory, at most
+    MAX_AUTO_NETWORKS."""
+    if device.type == "cuda":
+        memory = torch.cuda.get_device_properties(device).total_memory
+    else:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, min(MAX_AUTO_NETWORKS, math.floor(memory * AUTO_MEMORY_SHARE / network_bytes(protocol))))

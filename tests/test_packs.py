@@ -1,0 +1,132 @@
+"""Packs (bench.packs): runs that train as one stacked computation give the runs' results, bit for
+bit, and a network that goes non-finite leaves the others untouched."""
+import dataclasses
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from bench.cli import main
+from bench.config import make_protocol, make_run_config
+from bench.conformance import toy_split
+from bench.options import option, parse_int
+from bench.packs import make_packs, pack_key, packed_method
+from bench.train import Diverged, TrainResult, train, train_pack
+from methods import REGISTRY
+from methods.deep_ensemble import DeepEnsemble
+
+# Every layer's per-network parameter count is a multiple of 32: fused Adam's vectorised loop (two
+# AVX-512 vectors) then never splits one network between its vector body and its scalar tail, whose
+# roundings differ. With other shapes a packed network can differ from the same network alone by an
+# ulp in a few parameters (see the last test and docs/performance.md).
+PROTOCOL = make_protocol({"hidden": (32, 32), "epochs": 6, "batch_size": 16, "early_stop_acc": 0.9,
+                          "val_size": 24})
+TRAIN, VAL = toy_split(128, 32, 32, seed=1, separation=4.0), toy_split(24, 32, 32, seed=2, separation=4.0)
+
+
+def alone(method, seed):
+    try:
+        return train(method, PROTOCOL, TRAIN, 32, seed, progress=False, val=VAL)
+    except Diverged as exc:
+        return exc
+
+
+def assert_same(a, b):
+    if isinstance(a, Diverged):
+        assert isinstance(b, Diverged) and a.epoch == b.epoch
+        return
+    assert isinstance(b, TrainResult)
+    for x, y in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(x, y)
+    for field in ("epochs_run", "history", "kept_epochs", "val_loss", "param_abs_mean", "nonfinite_epochs"):
+        assert getattr(a, field) == getattr(b, field), field
+
+
+@pytest.mark.parametrize(("name", "runs"), [
+    ("deep_ensemble", [({"members": 1}, 0), ({"members": 3}, 1), ({"members": 2, "checkpoint": "best"}, 2)]),
+    ("dare", [({"members": 2, "threshold": 0.3}, 0), ({"members": 2, "threshold": 1.0}, 0),
+              ({"members": 3, "threshold": 0.05, "checkpoint": "last_below_threshold"}, 1)]),
+    ("anchor_net", [({"members": 2, "sigma": 0.1, "lam": 10.0}, 0), ({"members": 2, "sigma": 1.0, "lam": 0.1}, 1)]),
+    ("single_network", [({}, 0), ({}, 1), ({}, 2)]),
+])
+def test_a_pack_trains_each_run_as_it_trains_alone(name, runs):
+    cls = REGISTRY[name]
+    methods = [cls(**{**options, "checkpoint": options.get("checkpoint", "none")}) for options, _ in runs]
+    if len({m.checkpoint for m in methods}) > 1:  # the checkpoint rule is shared by a pack
+        methods = [dataclasses.replace(m, checkpoint=methods[-1].checkpoint) for m in methods]
+    packed = train_pack([(m, seed) for m, (_, seed) in zip(methods, runs)], packed_method(methods), PROTOCOL,
+                        TRAIN, 32, progress=False, val=VAL)
+    for method, (_, seed), result in zip(methods, runs, packed):
+        assert_same(alone(method, seed), result)
+
+
+@dataclasses.dataclass(frozen=True)
+class Poisoned(DeepEnsemble):
+    """A deep ensemble whose members go non-finite from the step ``poison`` on (0: never)."""
+    name = "poisoned"
+    summary = "goes non-finite on purpose"
+    pack_options = ("poison",)
+    poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+
+    def penalty(self, model, task_loss, batch):
+        steps = getattr(Poisoned, "_steps", 0) + 1
+        Poisoned._steps = steps
+        broken = (torch.as_tensor(self.poison) > 0) & (torch.as_tensor(self.poison) <= steps // 2 + 1)
+        scale = torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
+        return model.weights[0].flatten(1).sum(1) * scale  # a NaN gradient for the broken members only
+
+
+def test_a_network_that_goes_non_finite_leaves_the_others_untouched():
+    runs = [Poisoned(members=2, checkpoint="best"), Poisoned(members=2, poison=3, checkpoint="best"),
+            Poisoned(members=1, checkpoint="best")]
+    Poisoned._steps = 0
+    packed = train_pack([(m, s) for m, s in zip(runs, (0, 1, 2))], packed_method(runs), PROTOCOL, TRAIN, 32,
+                        progress=False, val=VAL)
+    assert isinstance(packed[1], Diverged)
+    for method, seed, result in [(runs[0], 0, packed[0]), (runs[2], 2, packed[2])]:
+        assert_same(alone(method, seed), result)
+
+
+def test_runs_pack_by_method_protocol_split_and_fixed_options():
+    protocol = make_protocol({"split_seed": "run", "val_size": 10})
+    configs = [make_run_config("dare", {"members": m, "threshold": t}, protocol, s)
+               for s in (0, 1) for m in (1, 3) for t in (0.1, 0.3)]
+    configs += [make_run_config("dare", {"members": 2, "threshold": 0.1, "loss": "mse"}, protocol, 0),
+                make_run_config("mod", {"members": 2}, protocol, 0), make_run_config("mod", {"members": 2}, protocol, 0)]
+    packs = make_packs(configs, max_networks=8)
+    # seed 0 and seed 1 have their own splits; loss=mse is another pack; mod (joint) trains alone
+    assert [[(c.seed, c.method_options["members"], c.method_options["threshold"]) for c in p] for p in packs[:3]] == [
+        [(0, 1, 0.1), (0, 1, 0.3), (0, 3, 0.1), (0, 3, 0.3)], [(1, 1, 0.1), (1, 1, 0.3), (1, 3, 0.1), (1, 3, 0.3)],
+        [(0, 2, 0.1)]]
+    assert [len(p) for p in packs[3:]] == [1, 1] and pack_key(configs[-1]) is None
+    assert [len(p) for p in make_packs(configs[:4], max_networks=5)] == [3, 1]  # 1 + 1 + 3 networks, then 3
+    assert [len(p) for p in make_packs(configs[:4], max_networks=1)] == [1, 1, 1, 1]
+
+
+def test_a_packed_grid_writes_the_records_of_the_run_by_run_grid(tiny_data, tmp_path):
+    grid = ["--data-dir", str(tiny_data), "--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "8",
+            "--batch-size", "32", "--no-download", "--no-plots", "-q", "--methods", "deep_ensemble", "dare",
+            "single_network", "-o", "members=1,2", "-o", "dare.threshold=0.1,1", "-o", "checkpoint=best"]
+    assert main(["run", "--out", str(tmp_path / "alone"), "--pack-size", "1", *grid]) == 0
+    assert main(["run", "--out", str(tmp_path / "packed"), *grid]) == 0
+    execution = {"train_seconds", "eval_seconds", "finished_at", "pack_id", "pack_runs", "pack_networks"}
+
+    def records(folder):
+        return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if k not in execution}
+                for p in (tmp_path / folder / "records").glob("*.json")}
+
+    alone, packed = records("alone"), records("packed")
+    assert alone.keys() == packed.keys()
+    for run_id, record in alone.items():  # bitwise here; an ulp apart where fused Adam's tails differ
+        for key, value in record.items():
+            if isinstance(value, float):
+                assert packed[run_id][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+            elif key != "history":
+                assert packed[run_id][key] == value, key
+    runs = pd.read_csv(tmp_path / "packed" / "runs.csv")
+    assert set(pd.read_csv(tmp_path / "alone" / "runs.csv")["pack_runs"]) == {1}
+    # one split for both seeds (split_seed 0): each method's runs make one pack
+    assert runs.groupby("method")["pack_runs"].max().to_dict() == {"dare": 8, "deep_ensemble": 4, "single_network": 2}
+    assert runs.groupby("method")["pack_networks"].max().to_dict() == {"dare": 12, "deep_ensemble": 6,
+                                                                        "single_network": 2}
