@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
+import torch
 
 from bench.config import Execution, make_execution
 from bench.data import resolve_data_dir
@@ -86,12 +87,17 @@ class Executed:
     problems: list[str]   # one line per corrupt record in the folder
     failed: pd.DataFrame  # the runs this call ran (selection candidates included) that ended with status error
     ran: int = 0          # how many runs this call ran, selection candidates and selections included
+    efficiency: dict | None = None  # what training sustained, against the matmul peak measured at start
 
 
 def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> Executed:
     """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv once. A KeyboardInterrupt
     leaves every finished run saved."""
     p.store.ensure()  # an output folder that cannot be made fails before anything trains
+    peak = None
+    if (~dry_run(p, force)["finished"]).any():  # something will train: measure the peak it is held against
+        from bench.perf import matmul_peak_gflops
+        peak = matmul_peak_gflops(2048, repeats=3, device=p.execution.torch_device())  # ~0.3 s on 2 cores
     started = time.perf_counter()
     try:
         grid = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
@@ -106,8 +112,25 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         order = {run_id: i for i, run_id in enumerate(grid.run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
         failed = folder[folder["run_id"].isin(grid.ran) & (folder["status"] == "error")]
+    efficiency = _efficiency(p, folder, grid.ran, wall, peak) if peak else None
     return Executed(runs.reset_index(drop=True), folder, wall, keys, problems, failed.reset_index(drop=True),
-                    len(grid.ran))
+                    len(grid.ran), efficiency)
+
+
+def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak: float) -> dict:
+    """The training matmul work of the runs this call ran, over its wall time, against the peak;
+    appended to OUT/efficiency.csv so that efficiency is tracked on real grids."""
+    from bench.provenance import stamp
+    trained = folder[folder["run_id"].isin(ran) & (folder["status"] == "ok")] if len(folder) else folder
+    tflop = float(trained["train_tflop"].sum()) if "train_tflop" in trained else 0.0
+    row = {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": len(ran), "train_tflop": tflop,
+           "wall_seconds": wall, "train_seconds": float(trained["train_seconds"].sum()) if len(trained) else 0.0,
+           "matmul_peak_gflops": peak, "fraction_of_peak": tflop * 1e3 / wall / peak if wall else 0.0,
+           "device": str(p.execution.torch_device()), "threads": torch.get_num_threads(),
+           "pack_size": p.execution.pack_size, "jobs": p.executor.jobs, **stamp()}
+    path = p.store.out / "efficiency.csv"
+    pd.DataFrame([row]).to_csv(path, mode="a", header=not path.exists(), index=False)
+    return row
 
 
 def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[int] | None = None,

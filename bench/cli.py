@@ -92,6 +92,10 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     perf.add_argument("--device", default="auto", help="device of the harness loop: auto, cpu, cuda, cuda:N")
     perf.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
     perf.add_argument("--skip-seed-loop", action="store_true", help="do not time the slow seed-style loop")
+    perf.add_argument("--networks", metavar="N[,N...]",
+                      help="instead of (a)-(d): time (e) one pack of N one-member deep ensembles for each N "
+                      "(e.g. 1,5,25,50), giving network-epochs/s and the fraction of the matmul peak per pack "
+                      "size; writes OUT/perf_packs.csv")
     perf.add_argument("--peak-size", default="4096", help="matrix size n of the n x n torch.mm peak test")
     perf.add_argument("--data-dir", help=f"dataset folder; default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR}")
     perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
@@ -200,6 +204,10 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
                     args.pack_size)
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -235,6 +243,10 @@ def execute_and_report(plan: api.Plan, args: argparse.Namespace):
     warn(done.problems)
     report_folder(plan.store, done.folder, done.keys, plots=not args.no_plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
+    if done.efficiency:
+        e = done.efficiency
+        print(f"{e['train_tflop']:.3g} TFLOP in {_duration(e['wall_seconds'])} = {e['fraction_of_peak']:.0%} of the "
+              f"{e['matmul_peak_gflops']:.0f} GFLOP/s peak measured at start ({plan.store.out / 'efficiency.csv'})")
     return done
 
 
@@ -341,6 +353,19 @@ def cmd_perf(args) -> int:
     load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
     work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size,
                 hidden=protocol.hidden, dataset=protocol.id_dataset, preset=args.preset or "", **peak)
+    if args.networks:
+        from bench.options import parse_int_tuple
+        from bench.perf import format_pack_perf, run_pack_perf
+        try:
+            networks = [n for n in parse_int_tuple(args.networks.replace(",", "-"))]
+        except ValueError:
+            networks = []
+        if not networks or min(networks) < 1:
+            raise ConfigError(f"--networks {args.networks!r}: expected integers >= 1 such as 1,5,25,50")
+        table = run_pack_perf(work, root, Path(args.out), execution.torch_device(), networks)
+        print(format_pack_perf(table))
+        print(f"wrote {Path(args.out) / 'perf_packs.csv'}")
+        return 0
     table = run_perf(work, root, Path(args.out), execution.torch_device(), args.skip_seed_loop)
     print(format_perf(table))
     print(f"wrote {Path(args.out) / 'perf.csv'}")

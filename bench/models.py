@@ -37,6 +37,17 @@ def member_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
+def training_flops_per_sample(sizes: list[int]) -> int:
+    """Matmul FLOPs to train one MLP network of layer widths ``sizes`` on one sample.
+
+    Per Linear layer (in -> out): forward 2*in*out, weight gradient 2*in*out, and input gradient
+    2*in*out for every layer but the first (the images need no gradient). Bias adds, activations,
+    the loss and Adam are left out: they are O(width), not O(width^2).
+    """
+    layers = list(zip(sizes[:-1], sizes[1:]))
+    return sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
+
+
 def init_bounds(init: str, fan_in: int, fan_out: int) -> tuple[float, float | None]:
     """The bounds a of the U(-a, a) draws of a layer's weights and biases (None: zero biases).
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from bench.config import make_protocol
 from bench.data import DATASET_CLASSES, load_benchmark_data
+from bench.models import training_flops_per_sample
 from bench.options import option, parse_int
 from bench.train import train
 from methods.deep_ensemble import DeepEnsemble
@@ -44,26 +45,21 @@ class Work:
 
 
 def training_flops(work: Work, samples: int) -> float:
-    """Matmul FLOPs of training, counted from the layer shapes.
-
-    Per sample, member and Linear layer (in -> out): forward 2*in*out, weight gradient 2*in*out, and
-    input gradient 2*in*out for every layer but the first (the images need no gradient). Bias adds,
-    activations, the loss and Adam are left out: they are O(width), not O(width^2).
-    """
-    sizes = work.sizes()
-    layers = list(zip(sizes[:-1], sizes[1:]))
-    per_sample = sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
-    return float(per_sample) * samples * work.members * work.epochs
+    """Matmul FLOPs of training, counted from the layer shapes (bench.models.training_flops_per_sample)."""
+    return float(training_flops_per_sample(work.sizes())) * samples * work.members * work.epochs
 
 
-def matmul_peak_gflops(n: int = 4096, repeats: int = 5) -> float:
-    """Best of ``repeats`` fp32 torch.mm of two n x n matrices, in GFLOP/s."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_peak_gflops(n: int = 4096, repeats: int = 5, device: torch.device | str = "cpu") -> float:
+    """Best of ``repeats`` fp32 torch.mm of two n x n matrices on ``device``, in GFLOP/s."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     a @ b  # warm-up: thread pool, page faults
+    sync()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         a @ b
+        sync()
         best = min(best, time.perf_counter() - start)
     return 2 * n ** 3 / best / 1e9
 
@@ -115,6 +111,59 @@ def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 
     if device.type == "cuda":
         torch.cuda.synchronize()
     return result.seconds, load_seconds
+
+
+def time_pack(work: Work, root: Path, device: torch.device, networks: int) -> float:
+    """(e) one pack of ``networks`` one-member deep ensembles (seeds 0..networks-1) trained as one
+    stacked computation (bench.train.train_pack). Returns the training seconds."""
+    from bench.packs import packed_method
+    from bench.train import train_pack
+    protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
+                              "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
+                              "early_stop_acc": None})
+    data = load_benchmark_data(protocol, root, download=False)
+    methods = [DeepEnsemble(members=1)] * networks
+    start = time.perf_counter()
+    train_pack([(m, seed) for seed, m in enumerate(methods)], packed_method(methods), protocol, data.train,
+               data.n_classes, progress=False, device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, networks: list[int],
+                  log=print) -> pd.DataFrame:
+    """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this process."""
+    samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
+    log("measuring (c) fp32 matmul peak ...")
+    peak = matmul_peak_gflops(work.peak_size)
+    rows = []
+    for n in networks:
+        log(f"timing (e) a pack of {n} networks ...")
+        seconds = time_pack(work, root, device, n)
+        flops = training_flops(dataclasses.replace(work, members=n), samples)
+        rows.append({"path": "pack", "networks": n, "train_seconds": seconds,
+                     "network_epochs_per_second": n * work.epochs / seconds, "train_tflop": flops / 1e12,
+                     "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak,
+                     "fraction_of_peak": flops / seconds / 1e9 / peak})
+        log(f"  {n} networks: {seconds:.1f} s, {rows[-1]['fraction_of_peak']:.1%} of peak")
+    table = pd.DataFrame(rows)
+    for key, value in dataclasses.asdict(work).items():
+        if key != "members":
+            table[key] = "-".join(map(str, value)) if isinstance(value, tuple) else value
+    table["device"], table["threads"], table["torch_version"] = str(device), torch.get_num_threads(), torch.__version__
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_dir / "perf_packs.csv", index=False)
+    return table
+
+
+def format_pack_perf(table: pd.DataFrame) -> str:
+    lines = [f"{'networks':>8} {'train s':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} {'of peak':>8}"]
+    for _, r in table.iterrows():
+        lines.append(f"{r['networks']:>8} {r['train_seconds']:>8.1f} {r['network_epochs_per_second']:>13.2f} "
+                     f"{r['achieved_gflops']:>8.1f} {r['fraction_of_peak']:>8.1%}")
+    lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s (measured in this process)")
+    return "\n".join(lines)
 
 
 def torch_uncertainty_available() -> bool:

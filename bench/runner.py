@@ -12,7 +12,15 @@ import torch
 from bench import provenance
 from bench.config import Execution, RunConfig
 from bench.data import BenchData
-from bench.metrics import InvalidPredictions, check_own_scores, check_probabilities, evaluate, ood_column, score_key
+from bench.metrics import (
+    InvalidPredictions,
+    check_own_scores,
+    check_probabilities,
+    evaluate,
+    ood_column,
+    score_key,
+)
+from bench.models import training_flops_per_sample
 from bench.packs import packed_method
 from bench.train import Diverged, train, train_pack
 from methods.base import DEFAULT_SCORE, ReferenceFailed
@@ -134,7 +142,10 @@ def _evaluate(config: RunConfig, method, result, data: BenchData, device, record
     except Exception as exc:  # noqa: BLE001
         return _failed(record, "evaluating", exc)
     finite_val = [v for v in result.val_loss if np.isfinite(v)]
+    sizes = [data.train.x.shape[1], *config.protocol.hidden, data.n_classes]
     record.update(status="ok", **metrics, train_seconds=result.seconds,
+                  # by the MLP layer-shape count of bench perf (execution info: efficiency = tflop / seconds / peak)
+                  train_tflop=training_flops_per_sample(sizes) * len(data.train) * sum(result.epochs_run) / 1e12,
                   eval_seconds=time.perf_counter() - start,
                   epochs_run=" ".join(map(str, result.epochs_run)),
                   kept_epochs=" ".join(map(str, result.kept_epochs)),

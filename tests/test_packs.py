@@ -130,3 +130,25 @@ def test_a_packed_grid_writes_the_records_of_the_run_by_run_grid(tiny_data, tmp_
     assert runs.groupby("method")["pack_runs"].max().to_dict() == {"dare": 8, "deep_ensemble": 4, "single_network": 2}
     assert runs.groupby("method")["pack_networks"].max().to_dict() == {"dare": 12, "deep_ensemble": 6,
                                                                         "single_network": 2}
+
+
+def test_a_grid_ends_with_its_efficiency_line_and_row(tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    grid = ["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", "--epochs", "2",
+            "--val-size", "50", "--hidden", "8", "--early-stop-acc", "none", "--no-download", "--no-plots",
+            "--methods", "deep_ensemble", "-o", "members=2"]
+    assert main(grid) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if "TFLOP in" in x]
+    assert len(line) == 1 and "of the" in line[0] and "GFLOP/s peak measured at start" in line[0]
+    efficiency = pd.read_csv(out / "efficiency.csv")
+    runs = pd.read_csv(out / "runs.csv")
+    # 250 training images, 2 members x 2 epochs, MLP 784-8-10: forward and weight gradient of both
+    # layers, input gradient of the second
+    per_sample = 4 * (784 * 8 + 8 * 10) + 2 * 8 * 10
+    assert runs["train_tflop"].tolist() == pytest.approx([per_sample * 250 * 4 / 1e12] * 2)
+    assert efficiency["train_tflop"].tolist() == pytest.approx([runs["train_tflop"].sum()])
+    row = efficiency.iloc[0]
+    assert row["fraction_of_peak"] == pytest.approx(row["train_tflop"] * 1e3 / row["wall_seconds"]
+                                                    / row["matmul_peak_gflops"])
+    assert main(grid) == 0  # nothing to train: no peak measured, no row, no line
+    assert len(pd.read_csv(out / "efficiency.csv")) == 1 and "TFLOP in" not in capsys.readouterr().out

@@ -43,3 +43,18 @@ def test_perf_takes_the_paper_protocol_from_its_preset(tiny_data, tmp_path):
     assert main(["perf", "--preset", "paper-fmnist", "--members", "2", "--epochs", "1", "--peak-size", "64",
                  "--skip-seed-loop", "--data-dir", str(tiny_data), "--out", str(tmp_path)]) == 0
     assert pd.read_csv(tmp_path / "perf.csv").set_index("path").loc["harness", "members"] == 2  # flags win
+
+
+def test_perf_times_packs_of_each_size(tiny_data, tmp_path, capsys):
+    assert main(["perf", "--networks", "1,3", "--epochs", "1", "--hidden", "8", "--peak-size", "64",
+                 "--data-dir", str(tiny_data), "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "perf_packs.csv")
+    assert table["networks"].tolist() == [1, 3] and (table["train_seconds"] > 0).all()
+    work = Work(members=3, epochs=1, hidden=(8,))
+    row = table.set_index("networks").loc[3]
+    assert row["train_tflop"] == pytest.approx(training_flops(work, 300) / 1e12)
+    assert row["fraction_of_peak"] == pytest.approx(row["train_tflop"] * 1e3 / row["train_seconds"]
+                                                    / row["matmul_peak_gflops"])
+    assert row["network_epochs_per_second"] == pytest.approx(3 / row["train_seconds"])
+    assert main(["perf", "--networks", "0,2", "--data-dir", str(tiny_data)]) == 2
+    assert "--networks '0,2': expected integers >= 1" in capsys.readouterr().err
