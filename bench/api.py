@@ -21,7 +21,7 @@ import torch
 
 from bench.config import Execution, make_execution
 from bench.data import resolve_data_dir
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.executors import Executor, make_executor, run_grid, with_references
 from bench.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid, load_preset
 from bench.store import RunStore, config_columns, records_frame, summarize, without_candidates
@@ -46,7 +46,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
          protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
          data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), device: str = "auto",
          threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
-         pack_size: int | str = "auto") -> Plan:
+         pack_size: int | str = "auto", submitit: str | None = None, submitit_cluster: str = "auto",
+         submitit_params: Iterable[str] = ()) -> Plan:
     """Validate everything (ConfigError on bad input) and say where the grid will run."""
     load_entry_points()
     for path in plugins:
@@ -57,7 +58,11 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
                           Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
     execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
-    executor = make_executor({"jobs": jobs, "dask_address": dask})
+    bad = [p for p in submitit_params if not str(p).partition("=")[0].strip() or "=" not in str(p)]
+    if bad:
+        raise ConfigError(f"--submitit-param {bad[0]!r}: expected NAME=VALUE, e.g. timeout_min=120")
+    executor = make_executor({"jobs": jobs, "dask_address": dask, "submitit_folder": submitit,
+                              "submitit_cluster": submitit_cluster, "submitit_params": tuple(submitit_params)})
     # the folder: out, else the preset's own `out`, else results/<preset name>
     store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name), create=False)
     return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor)

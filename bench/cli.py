@@ -182,6 +182,15 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
     group.add_argument("--dask", metavar="ADDRESS",
                        help="run on a Dask cluster: a scheduler address such as tcp://host:8786, or 'local' "
                        "to start one of --jobs worker processes here. Workers must see --data-dir and --out")
+    group.add_argument("--submitit", metavar="FOLDER",
+                       help="run each pack as a submitit job: a SLURM job array where srun is available, local "
+                       "subprocesses otherwise; job files and logs in FOLDER (on a SLURM cluster: a shared "
+                       "filesystem, as --data-dir and --out). Install with pip install -e '.[cluster]'")
+    group.add_argument("--submitit-cluster", default="auto", metavar="auto|slurm|local|debug",
+                       help="where --submitit jobs run; auto: SLURM when srun is available, else local")
+    group.add_argument("--submitit-param", action="append", default=[], metavar="NAME=VALUE",
+                       help="a submitit job parameter, e.g. timeout_min=240, slurm_partition=gpu, gpus_per_node=1, "
+                       "cpus_per_task=8, slurm_array_parallelism=16. Repeatable")
     run.add_argument("--dry-run", action="store_true",
                      help="validate the grid and list its runs (finished or to do), train nothing")
     run.add_argument("--force", action="store_true",
@@ -201,7 +210,7 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
                  if k.startswith("protocol_") and v is not None}
     return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
                     args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
-                    args.pack_size)
+                    args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param)
 
 
 def _duration(seconds: float) -> str:

@@ -62,10 +62,20 @@ class Executor:
     dask_address: str | None = option(None, lambda v: None if v is None else parse_str(v),
                                       "a scheduler address such as tcp://host:8786, or local",
                                       check=lambda v: v is None or bool(v), help="Dask scheduler")
+    submitit_folder: str | None = option(None, lambda v: None if v is None else parse_str(v), "a folder",
+                                         check=lambda v: v is None or bool(v),
+                                         help="submit each pack as a submitit job; job files and logs here")
+    submitit_cluster: str = option("auto", parse_str, "auto, slurm, local or debug",
+                                   check=lambda v: v in ("auto", "slurm", "local", "debug"),
+                                   help="auto: SLURM where srun is available, else local subprocesses")
+    submitit_params: tuple[str, ...] = option((), lambda v: tuple(parse_str(x) for x in v), "NAME=VALUE strings",
+                                              check=lambda v: all("=" in x for x in v),
+                                              help="submitit job parameters, e.g. timeout_min=120, "
+                                              "slurm_partition=gpu, gpus_per_node=1")
 
     @property
     def in_process(self) -> bool:
-        return self.jobs == 1 and self.dask_address is None
+        return self.jobs == 1 and self.dask_address is None and self.submitit_folder is None
 
     def worker_execution(self, execution: Execution) -> Execution:
         """Workers share the cores: unless told, each gets cores // jobs threads."""
@@ -80,6 +90,10 @@ class Executor:
             for pack in packs:
                 yield from run_and_store(pack, data_dir, out_dir, execution, download, progress)
             return
+        if self.submitit_folder is not None:
+            if packs:
+                yield from self._submitit_map(packs, data_dir, out_dir, execution, download)
+            return
         from joblib import Parallel, delayed, parallel_config
 
         execution = self.worker_execution(execution)
@@ -89,6 +103,32 @@ class Executor:
             with parallel_config(backend=backend, n_jobs=n_jobs):
                 for records in Parallel(return_as="generator_unordered")(tasks):
                     yield from records
+
+    def _submitit_map(self, packs: list[list[RunConfig]], data_dir: Path, out_dir: Path, execution: Execution,
+                      download: bool) -> Iterator[dict]:
+        """One submitit job per pack (a SLURM job array where SLURM is); records as jobs finish. A
+        job that ends without its records (killed, out of memory, time limit) leaves its runs to the
+        next command, which resumes them; the others go on."""
+        try:
+            import submitit
+        except ImportError:
+            raise BenchError("--submitit needs submitit: pip install -e '.[cluster]'") from None
+        executor = submitit.AutoExecutor(folder=Path(self.submitit_folder) / "%j",
+                                         cluster=None if self.submitit_cluster == "auto" else self.submitit_cluster)
+        executor.update_parameters(**{k: _number(v) for k, v in (p.split("=", 1) for p in self.submitit_params)})
+        plugins = tuple(plugin_files())
+        n = len(packs)
+        jobs = executor.map_array(run_and_store, packs, [data_dir] * n, [out_dir] * n, [execution] * n,
+                                  [download] * n, [False] * n, [plugins] * n)
+        failed = []
+        for job in submitit.helpers.as_completed(jobs):
+            try:
+                yield from job.result()
+            except submitit.core.utils.UncompletedJobError as exc:
+                failed.append(f"job {job.job_id}: {str(exc).strip().splitlines()[0]}")
+        if failed:
+            raise BenchError(f"{len(failed)} of {n} submitit jobs ended without their records ({'; '.join(failed)}); "
+                             f"logs in {self.submitit_folder}; the same command resumes their runs")
 
     @contextlib.contextmanager
     def _backend(self):
@@ -110,6 +150,16 @@ class Executor:
                 raise BenchError(f"cannot reach the Dask scheduler at {self.dask_address}: {exc}") from None
             with client:
                 yield "dask", -1
+
+
+def _number(text: str):
+    """'120' -> 120, '0.5' -> 0.5, 'gpu' -> 'gpu': a submitit parameter's value."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    return text
 
 
 def make_executor(values: dict) -> Executor:

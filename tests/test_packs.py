@@ -152,3 +152,17 @@ def test_a_grid_ends_with_its_efficiency_line_and_row(tiny_data, tmp_path, capsy
                                                     / row["matmul_peak_gflops"])
     assert main(grid) == 0  # nothing to train: no peak measured, no row, no line
     assert len(pd.read_csv(out / "efficiency.csv")) == 1 and "TFLOP in" not in capsys.readouterr().out
+
+
+def test_packs_run_as_submitit_jobs_with_the_same_records(tiny_data, tmp_path):
+    pytest.importorskip("submitit")
+    grid = ["--data-dir", str(tiny_data), "--seeds", "0", "1", "--epochs", "1", "--val-size", "50", "--hidden", "8",
+            "--no-download", "--no-plots", "-q", "--methods", "deep_ensemble", "single_network", "-o", "members=2"]
+    assert main(["run", "--out", str(tmp_path / "here"), *grid]) == 0
+    assert main(["run", "--out", str(tmp_path / "jobs"), *grid, "--submitit", str(tmp_path / "logs"),
+                 "--submitit-cluster", "local", "--submitit-param", "timeout_min=10"]) == 0
+    columns = ["run_id", "status", "id_acc", "auroc_pred_entropy_vs_fashion_mnist", "pack_runs"]
+    here, jobs = (pd.read_csv(tmp_path / d / "runs.csv")[columns] for d in ("here", "jobs"))
+    pd.testing.assert_frame_equal(here, jobs)
+    assert set(jobs["pack_runs"]) == {2}
+    assert len([d for d in (tmp_path / "logs").iterdir() if d.name.isdigit()]) == 2  # one job per pack
