@@ -47,7 +47,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
          data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), device: str = "auto",
          threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
          pack_size: int | str = "auto", submitit: str | None = None, submitit_cluster: str = "auto",
-         submitit_params: Iterable[str] = ()) -> Plan:
+         submitit_params: Iterable[str] = (), save_weights: bool = False) -> Plan:
     """Validate everything (ConfigError on bad input) and say where the grid will run."""
     load_entry_points()
     for path in plugins:
@@ -56,7 +56,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     configs = expand_grid(name, values, list(methods) if methods else None,
                           list(seeds) if seeds is not None else None, dict(protocol or {}),
                           Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
-    execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size})
+    execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size,
+                                "save_weights": save_weights})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
     bad = [p for p in submitit_params if not str(p).partition("=")[0].strip() or "=" not in str(p)]
     if bad:
@@ -143,7 +144,7 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), force: bool = False,
         download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
-        pack_size: int | str = "auto") -> pd.DataFrame:
+        pack_size: int | str = "auto", save_weights: bool = False) -> pd.DataFrame:
     """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
     per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
 
@@ -154,7 +155,7 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     the paper table, of every run in the folder.
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
-             vectorize, jobs, dask, pack_size)
+             vectorize, jobs, dask, pack_size, save_weights=save_weights)
     done = execute(p, download, progress, force)
     if plots:
         from bench.report import report_folder

@@ -202,6 +202,9 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
     run.add_argument("--out", help=f"results folder (default: {values.get('out') or f'{RESULTS}/{name}'}, the "
                      "preset's `out` or results/<preset name>)")
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.add_argument("--save-weights", action="store_true",
+                     help="keep each finished run's kept weights in OUT/weights/<run_id>.pt (torch.save of the "
+                     "model's state_dict; git ignores them), so that later evaluators can score runs again")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
 
 
@@ -210,7 +213,7 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
                  if k.startswith("protocol_") and v is not None}
     return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
                     args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
-                    args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param)
+                    args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param, args.save_weights)
 
 
 def _duration(seconds: float) -> str:

@@ -98,6 +98,8 @@ class Execution:
                                  check=lambda v: v is None or v >= 1, help="CPU threads for torch (default: torch's)")
     vectorize: bool = option(True, parse_bool, "true or false",
                              help="train an ensemble's members together (false: one after another, no packs)")
+    save_weights: bool = option(False, parse_bool, "true or false",
+                                help="keep each finished run's weights in OUT/weights/<run_id>.pt")
     pack_size: int | str = option("auto", parse_pack_size, "auto or an integer >= 1",
                                   check=lambda v: v == "auto" or v >= 1,
                                   help="networks (runs x members) trained together in one pack; 1: run by run; "

@@ -36,7 +36,9 @@ def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, executio
     references = [_references(store, config) for config in pack]
     data = load_benchmark_data(pack[0].protocol, data_dir, download, pack[0].seed)
     records = []
-    for record, arrays in run_pack(pack, data, progress=progress, execution=execution, references=references):
+    save = store.add_weights if execution.save_weights else None
+    for record, arrays in run_pack(pack, data, progress=progress, execution=execution, references=references,
+                                   save_weights=save):
         store.add(record, arrays)
         records.append(record)
     return records

@@ -136,7 +136,7 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
     """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this process."""
     samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
     log("measuring (c) fp32 matmul peak ...")
-    peak = matmul_peak_gflops(work.peak_size)
+    peak = matmul_peak_gflops(work.peak_size, device=device)
     rows = []
     for n in networks:
         log(f"timing (e) a pack of {n} networks ...")
@@ -207,7 +207,7 @@ def run_perf(work: Work, root: Path, out_dir: Path, device: torch.device, skip_s
     log(f"work: {work.members} members x {work.epochs} epochs x {samples} images, batch {work.batch_size}, "
         f"MLP {'-'.join(map(str, work.sizes()))}; {flops / 1e12:.3f} TFLOP of training matmuls")
     log("measuring (c) fp32 matmul peak ...")
-    peak = matmul_peak_gflops(work.peak_size)
+    peak = matmul_peak_gflops(work.peak_size, device=device)
     rows = []
 
     def add(path: str, seconds: float | None, note: str = "") -> None:

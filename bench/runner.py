@@ -35,14 +35,15 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
 
 
 def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, execution: Execution = Execution(),
-             references: list[dict[str, dict]] | None = None) -> list[tuple[dict, dict | None]]:
+             references: list[dict[str, dict]] | None = None, save_weights=None) -> list[tuple[dict, dict | None]]:
     """Train a pack of runs (``bench.packs``: one protocol and split; one run alone is a pack of
     one) as one stacked computation, then evaluate each. ``references[i]`` are the finished
     records of the runs that ``configs[i].references()`` names. Returns per run (record, arrays
     for plots), or (record, None) for a run that diverged (status 'diverged') or failed (status
     'error': the method raised, its predictions broke the contract, or a reference is unusable).
     A failure is contained: the record says why in one line (``error``) and keeps the traceback;
-    the other runs and the grid go on."""
+    the other runs and the grid go on. ``save_weights(run_id, state_dict)``, if given, keeps the
+    kept weights of every run that finished ok."""
     device = execution.torch_device()
     if execution.threads:
         torch.set_num_threads(execution.threads)
@@ -76,6 +77,8 @@ def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, e
                 out[i] = _failed(records[i], "training", result)
             else:
                 out[i] = _evaluate(configs[i], method, result, data, device, records[i])
+                if save_weights is not None and out[i][0]["status"] == "ok":
+                    save_weights(configs[i].run_id, {k: v.cpu() for k, v in result.model.state_dict().items()})
     return out
 
 

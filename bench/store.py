@@ -87,6 +87,14 @@ class RunStore:
         blob = json.dumps(record, indent=1).encode()
         _atomic_write(self.record_path(run_id), lambda f: f.write(blob))
 
+    def add_weights(self, run_id: str, state: dict) -> None:
+        """OUT/weights/<run_id>.pt: a run's kept weights (torch.save of its model's state_dict), so
+        that later evaluators can score the run again without retraining. Not committed."""
+        import torch
+        folder = self.out / "weights"
+        folder.mkdir(parents=True, exist_ok=True)
+        _atomic_write(folder / f"{run_id}.pt", lambda f: torch.save(state, f))
+
     def load(self, run_id: str) -> dict:
         """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason)."""
         path = self.record_path(run_id)

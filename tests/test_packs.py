@@ -166,3 +166,36 @@ def test_packs_run_as_submitit_jobs_with_the_same_records(tiny_data, tmp_path):
     pd.testing.assert_frame_equal(here, jobs)
     assert set(jobs["pack_runs"]) == {2}
     assert len([d for d in (tmp_path / "logs").iterdir() if d.name.isdigit()]) == 2  # one job per pack
+
+
+def test_kept_weights_are_saved_and_score_the_run_again(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", "--epochs", "1",
+                 "--val-size", "50", "--hidden", "8", "--no-download", "--no-plots", "-q", "--methods",
+                 "deep_ensemble", "-o", "members=2", "--save-weights"]) == 0
+    from bench.config import make_protocol as protocol_of
+    from bench.data import load_benchmark_data
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(p.stem for p in (out / "weights").glob("*.pt")) == sorted(runs["run_id"])
+    record = json.loads((out / "records" / f"{runs['run_id'][0]}.json").read_text())
+    protocol = protocol_of(record["config"]["protocol"])
+    data = load_benchmark_data(protocol, tiny_data, False, record["seed"])
+    method = REGISTRY["deep_ensemble"](**record["config"]["method_options"])
+    model = method.build_model(0, [0, 1], 784, protocol.hidden, 10, protocol.init)
+    model.load_state_dict(torch.load(out / "weights" / f"{record['run_id']}.pt"))
+    import numpy as np
+    with np.load(out / "predictions" / f"{record['run_id']}.npz") as saved:
+        assert np.array_equal(method.predict_proba(model, data.test.x).mean(0).argmax(1).numpy(), saved["id_pred"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_pack_trains_on_the_gpu_as_on_the_cpu_within_float_rounding():
+    methods = [REGISTRY["dare"](members=2, threshold=t, checkpoint="best") for t in (0.3, 1.0)]
+    runs = [(m, seed) for seed, m in enumerate(methods)]
+    cpu = train_pack(runs, packed_method(methods), PROTOCOL, TRAIN, 32, progress=False, val=VAL)
+    gpu = train_pack(runs, packed_method(methods, "cuda"), PROTOCOL, TRAIN, 32, progress=False, device="cuda",
+                     val=VAL)
+    for a, b in zip(cpu, gpu):
+        assert a.epochs_run == b.epochs_run and a.kept_epochs == b.kept_epochs
+        assert a.val_loss == pytest.approx(b.val_loss, rel=1e-3)
+        assert next(b.model.parameters()).device.type == "cuda"

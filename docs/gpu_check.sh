@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The GPU check of docs/performance.md, for a machine with a CUDA GPU: pack throughput per pack size
+# (paper and seed MLPs) against the GPU's fp32 matmul peak, then one seed of the paper table.
+#   bash docs/gpu_check.sh DATA_DIR [OUT]      (from the repository root, with the venv active)
+set -euo pipefail
+DATA=${1:?usage: bash docs/gpu_check.sh DATA_DIR [OUT]}
+OUT=${2:-gpu_check}
+python -m pytest -q tests/test_packs.py                       # the CUDA test runs here, skipped elsewhere
+python -m bench perf --device cuda --preset paper-fmnist --networks 1,5,25,50,100,200 --epochs 1 \
+    --data-dir "$DATA" --out "$OUT/paper-fmnist"
+python -m bench perf --device cuda --networks 1,5,25,50,100,200 --epochs 1 --data-dir "$DATA" --out "$OUT/seed"
+time python run_all.py --preset paper-fmnist --seeds 0 --device cuda --data-dir "$DATA" \
+    --out "$OUT/paper-fmnist-seed0" --no-plots -q
