@@ -105,15 +105,6 @@ class Execution:
                                   help="networks (runs x members) trained together in one pack; 1: run by run; "
                                   "auto: as many as a quarter of the device's memory holds, at most 128")
 
-    def max_pack_networks(self, protocols: list[Protocol]) -> int:
-        """The pack size in networks for runs of these protocols."""
-        if not self.vectorize or not protocols:
-            return 1
-        if self.pack_size != "auto":
-            return self.pack_size
-        from bench.packs import auto_pack_networks
-        return min(auto_pack_networks(p, self.torch_device()) for p in dict.fromkeys(protocols))
-
     def torch_device(self):
         import torch
         if self.device == "auto":

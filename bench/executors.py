@@ -15,7 +15,7 @@ from bench.config import Execution, RunConfig
 from bench.data import load_benchmark_data
 from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
-from bench.packs import make_packs
+from bench.packs import make_packs, pack_limit
 from bench.runner import run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
@@ -270,7 +270,7 @@ class _Runner:
         for phase in with_references(batch):
             todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
                     and (self.force or not self.store.check([c.run_id])[0])]
-            packs = make_packs(todo, self.execution.max_pack_networks([c.protocol for c in todo]))
+            packs = make_packs(todo, pack_limit(self.execution, [c.protocol for c in todo]))
             for record in self.executor.map(packs, self.data_dir, self.store.out, self.execution, self.download,
                                             self.progress):
                 self.done_now.add(record["run_id"])

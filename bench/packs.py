@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bench.config import Protocol, RunConfig
+from bench.config import Execution, Protocol, RunConfig
 from methods import Method
 
 MAX_AUTO_NETWORKS = 128      # --pack-size auto never packs more networks than this
@@ -71,6 +71,15 @@ def packed_method(methods: list[Method], device: torch.device | str = "cpu") -> 
             per_network = [float(v) for v, n in zip(values, networks) for _ in range(n)]
             changes[name] = torch.tensor(per_network, dtype=torch.float32, device=device)
     return dataclasses.replace(first, **changes)
+
+
+def pack_limit(execution: Execution, protocols: list[Protocol]) -> int:
+    """The most networks a pack of runs of these protocols may hold under ``execution``."""
+    if not execution.vectorize or not protocols:
+        return 1
+    if execution.pack_size != "auto":
+        return execution.pack_size
+    return min(auto_pack_networks(p, execution.torch_device()) for p in dict.fromkeys(protocols))
 
 
 def network_bytes(protocol: Protocol, in_features: int = 784, n_classes: int = 10) -> int:

@@ -147,13 +147,19 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
                      "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak,
                      "fraction_of_peak": flops / seconds / 1e9 / peak})
         log(f"  {n} networks: {seconds:.1f} s, {rows[-1]['fraction_of_peak']:.1%} of peak")
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows).assign(device=str(device))
+    return _save(table, work, out_dir / "perf_packs.csv", skip=("members",))  # a pack row has its networks
+
+
+def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The table with the work's shape and the library versions, written to ``path``."""
     for key, value in dataclasses.asdict(work).items():
-        if key != "members":
+        if key not in skip:
             table[key] = "-".join(map(str, value)) if isinstance(value, tuple) else value
-    table["device"], table["threads"], table["torch_version"] = str(device), torch.get_num_threads(), torch.__version__
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "perf_packs.csv", index=False)
+    table["threads"] = torch.get_num_threads()
+    table["torch_version"] = torch.__version__
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
     return table
 
 
@@ -238,13 +244,7 @@ def run_perf(work: Work, root: Path, out_dir: Path, device: torch.device, skip_s
     table["achieved_gflops"] = flops / table["train_seconds"] / 1e9
     table["matmul_peak_gflops"] = peak
     table["fraction_of_peak"] = table["achieved_gflops"] / peak
-    for key, value in dataclasses.asdict(work).items():
-        table[key] = "-".join(map(str, value)) if isinstance(value, tuple) else value
-    table["threads"] = torch.get_num_threads()
-    table["torch_version"] = torch.__version__
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / "perf.csv", index=False)
-    return table
+    return _save(table, work, out_dir / "perf.csv")
 
 
 def format_perf(table: pd.DataFrame) -> str:
