@@ -18,7 +18,7 @@ from bench.options import option, parse_int, parse_str, validate
 from bench.packs import make_packs, pack_limit
 from bench.runner import run_pack
 from bench.store import CorruptRecord, RunStore
-from methods import load_plugin, plugin_files
+from methods import get_method, load_plugin, plugin_files
 
 if TYPE_CHECKING:
     from bench.grid import GridItem
@@ -279,10 +279,20 @@ class _Runner:
 
 
 def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, log) -> None:
-    """Walk every selection, one candidate per selection per round (seeds run side by side)."""
+    """Walk every selection, one candidate per selection per round (seeds run side by side). With
+    packs, the candidates of a packable method's selections train first, all at once (packed
+    across seeds where the split allows); the walk's rule is then applied to their records in the
+    walk's order, so the choice is the sequential walk's, and the record names the candidates the
+    walk would not have trained (``beyond_walk``)."""
+    ahead = [w for w in walks if pack_limit(run.execution, [w.selection.protocol]) > 1
+             and get_method(w.selection.method).packable]
+    for w in ahead:
+        w.trained_ahead = True
+    if ahead:
+        run([c for w in ahead for c in w.candidates])
     while any(not w.done for w in walks):
         active = [w for w in walks if not w.done]
-        run([w.next_candidate() for w in active])
+        run([w.next_candidate() for w in active])  # a candidate trained ahead is not trained again
         for w in active:
             w.observe(store.load(w.next_candidate().run_id))
             if not w.done:

@@ -28,7 +28,7 @@ from bench.errors import BenchError
 # the contract, or it could not start (e.g. its reference failed)
 FINISHED = ("ok", "diverged", "error")
 RETRIED = ("error",)  # a grid runs these again (the method may have been fixed); the others are reused
-NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback")  # kept in the record only
+NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback", "beyond_walk")  # record only
 # numeric columns that describe a run's execution, not its result: never summarised
 NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized", "failed_candidates", "pack_runs", "pack_networks",
                "train_tflop"}

@@ -199,3 +199,30 @@ def test_a_pack_trains_on_the_gpu_as_on_the_cpu_within_float_rounding():
         assert a.epochs_run == b.epochs_run and a.kept_epochs == b.kept_epochs
         assert a.val_loss == pytest.approx(b.val_loss, rel=1e-3)
         assert next(b.model.parameters()).device.type == "cuda"
+
+
+def test_a_selections_candidates_train_as_a_pack_and_the_walk_chooses_as_it_walks(tiny_data, tmp_path):
+    grid = ["--data-dir", str(tiny_data), "--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "8",
+            "--batch-size", "32", "--no-download", "--no-plots", "-q", "--methods", "anchor_net", "-o", "members=2",
+            "--select", "anchor_net.lam=0,1000,1e6,0.001"]
+    assert main(["run", "--out", str(tmp_path / "walked"), "--pack-size", "1", *grid]) == 0
+    assert main(["run", "--out", str(tmp_path / "packed"), *grid]) == 0
+
+    def selections(folder):
+        return {p.name: json.loads(p.read_text()) for p in (tmp_path / folder / "records").glob("sel-*.json")}
+
+    walked, packed = selections("walked"), selections("packed")
+    assert walked.keys() == packed.keys() and len(walked) == 2
+    for name, sequential in walked.items():
+        ahead = packed[name]
+        assert ahead["selected"] == sequential["selected"] and ahead["walk"] == sequential["walk"]
+        assert [c["run_id"] for c in ahead["candidates"]] == [c["run_id"] for c in sequential["candidates"]]
+        assert sequential["beyond_walk"] == []
+        walked_ids = {c["run_id"] for c in ahead["candidates"]}
+        all_ids = {c.stem for c in (tmp_path / "packed" / "records").glob("*.json") if not c.stem.startswith("sel-")
+                   and json.loads(c.read_text())["seed"] == ahead["seed"]}
+        assert set(ahead["beyond_walk"]) == all_ids - walked_ids  # trained ahead, past the early break
+    stopped = [s for s in packed.values() if s["beyond_walk"]]
+    assert stopped, "the grid should make some walk stop early for this test to mean anything"
+    runs = pd.read_csv(tmp_path / "packed" / "runs.csv")
+    assert runs.loc[~runs["run_id"].str.startswith("sel-"), "pack_runs"].max() == 8  # 4 candidates x 2 seeds
