@@ -359,6 +359,7 @@ def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
     correct = torch.zeros(members.count, device=loop.device)
     bar = tqdm(range(steps), desc=f"{loop.label} epoch {epoch}/{protocol.epochs}", leave=False,
                disable=None if loop.progress else True, unit="step")
+    started = time.perf_counter()
     for step in bar:
         idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
         logits, task, yb = _step(loop, idx)
@@ -367,10 +368,12 @@ def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
             correct += (logits.argmax(-1) == yb).sum(dim=1)
         if not bar.disable and (step % POSTFIX_EVERY == 0 or step == steps - 1):
             seen = min((step + 1) * protocol.batch_size, n)
-            active = members.active
+            active, training = members.active, int(members.active.sum())
+            # networks x epochs per second: a pack's throughput, comparable across pack sizes
+            rate = training * (step + 1) / steps / max(time.perf_counter() - started, 1e-9)
             bar.set_postfix(loss=f"{float((loss_sum / seen)[active].mean()):.3f}",
                             acc=f"{float((correct / seen)[active].mean()):.3f}",
-                            members=f"{int(active.sum())}/{members.count} active")
+                            networks=f"{training}/{members.count} active", net_epochs_per_s=f"{rate:.2f}")
     bar.close()
     return loss_sum / n, correct / n
 
