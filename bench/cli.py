@@ -166,6 +166,26 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
         shown = _show(protocol_values.get(option_name, default), "-" if option_name == "hidden" else ",")
         group.add_argument(f"--{option_name.replace('_', '-')}", dest=f"protocol_{option_name}", metavar="V",
                            help=f"{help_text} ({allowed}; default: {shown})")
+    add_execution_arguments(run)
+    run.add_argument("--dry-run", action="store_true",
+                     help="validate the grid and list its runs (finished or to do), train nothing")
+    run.add_argument("--force", action="store_true",
+                     help="redo runs that already have a finished record in OUT (default: skip them)")
+    run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
+                     f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
+    run.add_argument("--no-download", action="store_true",
+                     help="never download: fail at once if a dataset file is missing")
+    run.add_argument("--out", help=f"results folder (default: {values.get('out') or f'{RESULTS}/{name}'}, the "
+                     "preset's `out` or results/<preset name>)")
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.add_argument("--save-weights", action="store_true",
+                     help="keep each finished run's kept weights in OUT/weights/<run_id>.pt (torch.save of the "
+                     "model's state_dict; git ignores them), so that later evaluators can score runs again")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
+
+
+def add_execution_arguments(run: argparse.ArgumentParser) -> None:
+    """The flags that change speed, never results (not part of a run's id)."""
     group = run.add_argument_group("execution (speed only: results do not depend on these)")
     group.add_argument("--device", default="auto", help="auto (a GPU when present), cpu, cuda or cuda:N")
     group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
@@ -191,21 +211,6 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
     group.add_argument("--submitit-param", action="append", default=[], metavar="NAME=VALUE",
                        help="a submitit job parameter, e.g. timeout_min=240, slurm_partition=gpu, gpus_per_node=1, "
                        "cpus_per_task=8, slurm_array_parallelism=16. Repeatable")
-    run.add_argument("--dry-run", action="store_true",
-                     help="validate the grid and list its runs (finished or to do), train nothing")
-    run.add_argument("--force", action="store_true",
-                     help="redo runs that already have a finished record in OUT (default: skip them)")
-    run.add_argument("--data-dir", help=f"dataset folder in torchvision's layout; default: ${DATA_DIR_ENV}, "
-                     f"else {DEFAULT_DATA_DIR} (downloaded there when missing and the network allows)")
-    run.add_argument("--no-download", action="store_true",
-                     help="never download: fail at once if a dataset file is missing")
-    run.add_argument("--out", help=f"results folder (default: {values.get('out') or f'{RESULTS}/{name}'}, the "
-                     "preset's `out` or results/<preset name>)")
-    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    run.add_argument("--save-weights", action="store_true",
-                     help="keep each finished run's kept weights in OUT/weights/<run_id>.pt (torch.save of the "
-                     "model's state_dict; git ignores them), so that later evaluators can score runs again")
-    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
 
 
 def plan_from(args: argparse.Namespace) -> api.Plan:
