@@ -103,12 +103,14 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
     peak = None
     if (~dry_run(p, force)["finished"]).any():  # something will train: measure the peak it is held against
         from bench.perf import matmul_peak_gflops
+        if p.execution.threads:
+            torch.set_num_threads(p.execution.threads)
         peak = matmul_peak_gflops(2048, repeats=3, device=p.execution.torch_device())  # ~0.3 s on 2 cores
     started = time.perf_counter()
     try:
         grid = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
                         progress=progress, force=force)
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C, a failed cluster job: the tables still show every finished run
         p.store.write_tables()
         raise
     wall = time.perf_counter() - started
@@ -117,18 +119,20 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
     if len(runs):  # methods as given, then options, seeds
         order = {run_id: i for i, run_id in enumerate(grid.run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-        failed = folder[folder["run_id"].isin(grid.ran) & (folder["status"] == "error")]
-    efficiency = _efficiency(p, folder, grid.ran, wall, peak) if peak else None
+        failed = folder[folder["run_id"].isin(grid.ran - grid.beyond) & (folder["status"] == "error")]
+    efficiency = _efficiency(p, folder, grid.ran, wall, peak) if peak else None  # None: nothing trained
     return Executed(runs.reset_index(drop=True), folder, wall, keys, problems, failed.reset_index(drop=True),
                     len(grid.ran), efficiency)
 
 
-def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak: float) -> dict:
+def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak: float) -> dict | None:
     """The training matmul work of the runs this call ran, over its wall time, against the peak;
     appended to OUT/efficiency.csv so that efficiency is tracked on real grids."""
     from bench.provenance import stamp
     trained = folder[folder["run_id"].isin(ran) & (folder["status"] == "ok")] if len(folder) else folder
     tflop = float(trained["train_tflop"].sum()) if "train_tflop" in trained else 0.0
+    if not tflop:  # nothing trained (e.g. only a selection's record was written)
+        return None
     row = {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": len(ran), "train_tflop": tflop,
            "wall_seconds": wall, "train_seconds": float(trained["train_seconds"].sum()) if len(trained) else 0.0,
            "matmul_peak_gflops": peak, "fraction_of_peak": tflop * 1e3 / wall / peak if wall else 0.0,

@@ -185,7 +185,7 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
 
 
 def add_execution_arguments(run: argparse.ArgumentParser) -> None:
-    """The flags that change speed, never results (not part of a run's id)."""
+    """The flags that change speed (not part of a run's id; packs move results only by float rounding)."""
     group = run.add_argument_group("execution (speed only: results do not depend on these)")
     group.add_argument("--device", default="auto", help="auto (a GPU when present), cpu, cuda or cuda:N")
     group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
@@ -193,7 +193,8 @@ def add_execution_arguments(run: argparse.ArgumentParser) -> None:
                        help="networks (runs x members) trained together as one stacked computation: runs of "
                        "one method, protocol and split pack together (deep ensembles, DARE, AnchorNet, single "
                        "networks; other methods train alone). 1: run by run; auto: as many as a quarter of the "
-                       "device's memory holds, at most 128. Packing changes speed, never results")
+                       "device's memory holds, at most 128 (with --jobs, split so that every worker gets a pack). "
+                       "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")
     group.add_argument("--jobs", default="1", metavar="N",

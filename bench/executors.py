@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -22,6 +23,9 @@ from methods import get_method, load_plugin, plugin_files
 
 if TYPE_CHECKING:
     from bench.grid import GridItem
+
+
+DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 locally) would kill a pack
 
 
 def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
@@ -71,9 +75,8 @@ class Executor:
                                    check=lambda v: v in ("auto", "slurm", "local", "debug"),
                                    help="auto: SLURM where srun is available, else local subprocesses")
     submitit_params: tuple[str, ...] = option((), lambda v: tuple(parse_str(x) for x in v), "NAME=VALUE strings",
-                                              check=lambda v: all("=" in x for x in v),
                                               help="submitit job parameters, e.g. timeout_min=120, "
-                                              "slurm_partition=gpu, gpus_per_node=1")
+                                              "slurm_partition=gpu, gpus_per_node=1 (checked by bench.api.plan)")
 
     @property
     def in_process(self) -> bool:
@@ -117,7 +120,10 @@ class Executor:
             raise BenchError("--submitit needs submitit: pip install -e '.[cluster]'") from None
         executor = submitit.AutoExecutor(folder=Path(self.submitit_folder) / "%j",
                                          cluster=None if self.submitit_cluster == "auto" else self.submitit_cluster)
-        executor.update_parameters(**{k: _number(v) for k, v in (p.split("=", 1) for p in self.submitit_params)})
+        params = {k: _number(v) for k, v in (p.split("=", 1) for p in self.submitit_params)}
+        executor.update_parameters(**{"timeout_min": DEFAULT_JOB_MINUTES, **params})
+        if executor.cluster != "slurm" and not execution.threads:  # local jobs run at once: share the cores
+            execution = dataclasses.replace(execution, threads=max(1, (os.cpu_count() or 1) // len(packs)))
         plugins = tuple(plugin_files())
         n = len(packs)
         jobs = executor.map_array(run_and_store, packs, [data_dir] * n, [out_dir] * n, [execution] * n,
@@ -185,6 +191,7 @@ def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[Run
 class GridRun:
     run_ids: list[str]   # the grid's runs (references and selections included), finished before or now
     ran: set[str]        # the runs this call ran (selection candidates and selections included)
+    beyond: set[str] = dataclasses.field(default_factory=set)  # trained ahead past a walk's stop
 
 
 def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: Executor = Executor(),
@@ -224,7 +231,7 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
     bar.close()
     # the candidates stay in runs.csv and summary.csv; the grid's own rows are the selections
     return GridRun([c.run_id for c in everything] + [s.run_id for s in selections],
-                   run.done_now | {w.selection.run_id for w in walks})
+                   run.done_now | {w.selection.run_id for w in walks}, run.beyond)
 
 
 def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]:
@@ -264,18 +271,30 @@ class _Runner:
     force: bool
     log: object
     done_now: set = dataclasses.field(default_factory=set)
+    beyond: set = dataclasses.field(default_factory=set)  # candidates trained ahead past their walk's stop
 
     def __call__(self, batch: list[RunConfig]) -> None:
         from bench.runner import run_line
         for phase in with_references(batch):
             todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
                     and (self.force or not self.store.check([c.run_id])[0])]
-            packs = make_packs(todo, pack_limit(self.execution, [c.protocol for c in todo]))
+            limit = pack_limit(self.execution, [c.protocol for c in todo])
+            if self.execution.pack_size == "auto" and self.executor.jobs > 1:  # leave work for every worker
+                networks = sum(c.make_method().n_networks for c in todo)
+                limit = min(limit, max(1, math.ceil(networks / self.executor.jobs)))
+            packs = make_packs(todo, limit)
             for record in self.executor.map(packs, self.data_dir, self.store.out, self.execution, self.download,
                                             self.progress):
                 self.done_now.add(record["run_id"])
                 if self.progress:
                     self.log(run_line(record))
+
+
+def _packs(selection) -> bool:
+    """Whether a selection's candidates would share packs: a packable method walking only options
+    that may differ inside a pack (training them ahead otherwise gains nothing)."""
+    cls = get_method(selection.method)
+    return cls.packs_runs() and {name for name, _ in selection.grid} <= {*cls.pack_options, "members"}
 
 
 def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, log) -> None:
@@ -284,8 +303,7 @@ def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, l
     across seeds where the split allows); the walk's rule is then applied to their records in the
     walk's order, so the choice is the sequential walk's, and the record names the candidates the
     walk would not have trained (``beyond_walk``)."""
-    ahead = [w for w in walks if pack_limit(run.execution, [w.selection.protocol]) > 1
-             and get_method(w.selection.method).packable]
+    ahead = [w for w in walks if pack_limit(run.execution, [w.selection.protocol]) > 1 and _packs(w.selection)]
     for w in ahead:
         w.trained_ahead = True
     if ahead:
@@ -299,6 +317,7 @@ def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, l
                 continue
             chosen = store.load(w.scores[w.best]["run_id"]) if w.best is not None else None
             record = w.record(chosen)
+            run.beyond.update(record["beyond_walk"])
             store.add(record, store.load_arrays(chosen["run_id"]) if chosen else None)
             advance()
             if progress:

@@ -5,7 +5,9 @@ global generator while training), and they share the method, the protocol with i
 split, and every option but the seed, the member count and the method's ``pack_options`` (which
 become per-network tensors, e.g. DARE's threshold). Every network (run x member) keeps its own init
 and data-order streams, optimiser state, early stop, checkpoint and non-finite handling, so packing
-changes speed, never results (``tests/test_packs.py`` checks it bitwise).
+changes speed, not the computation: ``tests/test_packs.py`` checks it bitwise on small networks;
+on full-size networks two CPU kernels round a packed network's values differently (docs/usage.md,
+"Packs", gives the measured bound).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ AUTO_MEMORY_SHARE = 0.25     # of the device's memory
 def pack_key(config: RunConfig) -> tuple | None:
     """What runs must share to pack together; None for a run that trains alone."""
     method = config.make_method()
-    if not method.packable:
+    if not method.packs_runs():
         return None
     loose = {*method.pack_options, "members"}
     fixed = {k: v for k, v in config.method_options.items() if k not in loose}

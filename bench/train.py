@@ -96,18 +96,20 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
     result trained alone. ``packed`` is the runs' method with the options that differ between them as
     per-network tensors (``bench.packs.packed_method``). Returns per run its TrainResult, or the
     Diverged of a run whose loss or parameters went non-finite (the other runs go on untouched).
-    ``seconds`` of each result is the pack's training time shared by network count."""
+    ``seconds`` of each result is the pack's training time shared by network-epochs (a diverged
+    run's share included in the whole)."""
     start = time.perf_counter()
     device = torch.device(device)
     x, y = data.x.to(device), data.y.to(device)
     val_xy = None if val is None or len(val) == 0 else (val.x.to(device), val.y.to(device))
     pack = [PackRun(method, seed, list(range(method.n_networks))) for method, seed in runs]
     results = _train_members(pack, packed, protocol, x, y, val_xy, n_classes, device, progress, label)
-    networks = sum(len(run.member_ids) for run in pack)
     seconds = time.perf_counter() - start
-    for run, result in zip(pack, results):
+    work = [sum(r.epochs_run) if isinstance(r, TrainResult) else r.epoch * len(run.member_ids)
+            for run, r in zip(pack, results)]
+    for result, share in zip(results, work):
         if isinstance(result, TrainResult):
-            result.seconds = seconds * len(run.member_ids) / networks
+            result.seconds = seconds * share / sum(work)
     return results
 
 

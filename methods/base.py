@@ -80,10 +80,17 @@ class Method:
 
     # Packs (bench.packs): runs of one method, protocol and split may train as one stacked computation
     # when the method's members are independent and it draws nothing from torch's global generator
-    # while training; the options named in pack_options may differ between the runs of a pack (each
-    # becomes a per-network tensor: write the method so that such an option works as one).
+    # while training. A class says so itself (``packable = True`` in its own body: a subclass, whose
+    # penalty may couple members, does not inherit it; see packs_runs). The options named in
+    # pack_options may differ between the runs of a pack: where they differ each becomes a
+    # per-network tensor, so the method must work with the option as a number or such a tensor.
     packable: ClassVar[bool] = False
     pack_options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def packs_runs(cls) -> bool:
+        """Whether runs of this very class may pack (``packable`` set in its own body)."""
+        return bool(vars(cls).get("packable", False))
 
     checkpoint: str = choice("none", CHECKPOINT_RULES,
                              help="per member, after every epoch, on the validation task loss: none (keep the "
@@ -119,7 +126,7 @@ class Method:
         maps (N, D) or (M, N, D) inputs to (M, N, K) outputs. Default: the stacked MLP, member i
         initialised from the (seed, member_ids[i]) stream."""
         return StackedMLP.for_seed(seed, member_ids, in_features, hidden, n_classes, self.dropout_rate, init,
-                                   per_network_kernels=self.packable)
+                                   per_network_kernels=self.packs_runs())
 
     def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> Any:
         """Training state kept beside the model, passed back as ``Batch.state``."""

@@ -41,6 +41,7 @@ class DARE(DeepEnsemble):
     summary = ("deep ensemble plus a per-member anti-regularizer, on while the batch task loss <= tau "
                "(tau absolute, or relative to the DE reference's validation loss)")
     has_threshold = True
+    packable = True  # independent members; each member's switch is its own
     pack_options = ("threshold", "delta")  # the switch compares each member's loss with its own tau
 
     threshold: float | None = option(0.3, parse=parse_optional(parse_float),

@@ -66,6 +66,7 @@ class Poisoned(DeepEnsemble):
     """A deep ensemble whose members go non-finite from the step ``poison`` on (0: never)."""
     name = "poisoned"
     summary = "goes non-finite on purpose"
+    packable = True
     pack_options = ("poison",)
     poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
 
@@ -226,3 +227,13 @@ def test_a_selections_candidates_train_as_a_pack_and_the_walk_chooses_as_it_walk
     assert stopped, "the grid should make some walk stop early for this test to mean anything"
     runs = pd.read_csv(tmp_path / "packed" / "runs.csv")
     assert runs.loc[~runs["run_id"].str.startswith("sel-"), "pack_runs"].max() == 8  # 4 candidates x 2 seeds
+
+
+def test_packable_is_declared_by_a_class_not_inherited():
+    class Coupled(DeepEnsemble):  # a subclass may couple its members: it packs only if it says so
+        pass
+
+    assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network")] == [True] * 4
+    assert not Coupled.packs_runs() and not REGISTRY["mod"].packs_runs() and not REGISTRY["mc_dropout"].packs_runs()
+    protocol = make_protocol({"val_size": 10})
+    assert pack_key(make_run_config("mc_dropout", {}, protocol, 0)) is None
