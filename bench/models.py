@@ -107,12 +107,14 @@ class StackedMLP(nn.Module):
     def select(self, members: list[int]) -> "StackedMLP":
         """A stacked model of copies of the given members (a run's part of a pack)."""
         sizes = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[2]]
-        out = StackedMLP(len(members), sizes[0], tuple(sizes[1:-1]), sizes[-1], self.dropout, self.per_network_kernels)
-        index = torch.tensor(members, device=self.weights[0].device)
+        device = self.weights[0].device
+        out = StackedMLP(len(members), sizes[0], tuple(sizes[1:-1]), sizes[-1], self.dropout,
+                         self.per_network_kernels).to(device)
+        index = torch.tensor(members, device=device)
         with torch.no_grad():
             for target, source in zip(out.parameters(), self.parameters()):
-                target.copy_(source.index_select(0, index).cpu())
-        return out.to(self.weights[0].device)
+                target.copy_(source.index_select(0, index))  # on the device: no round trip through the host
+        return out
 
     @torch.no_grad()
     def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:

@@ -335,7 +335,7 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, x: t
 def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
              final_val: list[float]) -> list[TrainResult | Diverged]:
     """Each run's part of a pack's training: its TrainResult, or its Diverged."""
-    abs_mean = member_abs_mean(model).tolist()
+    abs_mean, kept = member_abs_mean(model).tolist(), members.kept_epoch.tolist()  # one host copy each
     out: list[TrainResult | Diverged] = []
     for r in range(len(runs)):
         if r in members.diverged:
@@ -346,7 +346,7 @@ def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
                                [members.epochs_run[i] for i in idx],
                                [{k: v for k, v in h.items() if k != "network"} for h in history
                                 if members.run_of[h["network"]] == r],
-                               [members.kept_epoch.tolist()[i] for i in idx], [final_val[i] for i in idx],
+                               [kept[i] for i in idx], [final_val[i] for i in idx],
                                [abs_mean[i] for i in idx], nonfinite_epochs=[members.nonfinite_epochs[i] for i in idx]))
     return out
 
