@@ -7,7 +7,7 @@ Data flows config -> data -> method -> training loop -> predictions -> evaluator
 From Python (notebooks): ``bench.run(...)`` trains a grid and returns its runs as a DataFrame,
 ``bench.load(out)`` reads a results folder (see ``bench.api``).
 """
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = ["__version__", "run", "load", "summary", "ablation_table"]
 

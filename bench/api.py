@@ -119,7 +119,7 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
     if len(runs):  # methods as given, then options, seeds
         order = {run_id: i for i, run_id in enumerate(grid.run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
-        failed = folder[folder["run_id"].isin(grid.ran - grid.beyond) & (folder["status"] == "error")]
+        failed = folder[folder["run_id"].isin(grid.ran) & (folder["status"] == "error")]
     efficiency = _efficiency(p, folder, grid.ran, wall, peak) if peak else None  # None: nothing trained
     return Executed(runs.reset_index(drop=True), folder, wall, keys, problems, failed.reset_index(drop=True),
                     len(grid.ran), efficiency)

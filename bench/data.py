@@ -249,7 +249,9 @@ def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True, s
     return _load_benchmark_data(protocol, root, download, protocol.split_seed_for(seed))
 
 
-@functools.lru_cache(maxsize=2)  # a grid reuses one protocol's (and split's) tensors across its runs
+# a grid reuses one protocol's (and split's) tensors across its runs; a pack may hold the five seeds'
+# splits of the paper protocol (split_seed = run), about 260 MB each
+@functools.lru_cache(maxsize=6)
 def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_seed: int) -> BenchData:
     train_img, train_y, classes = load_images(root, protocol.id_dataset, True, download)
     test_img, test_y, _ = load_images(root, protocol.id_dataset, False, download)

@@ -19,7 +19,7 @@ from bench.options import option, parse_int, parse_str, validate
 from bench.packs import make_packs, pack_limit
 from bench.runner import run_pack
 from bench.store import CorruptRecord, RunStore
-from methods import get_method, load_plugin, plugin_files
+from methods import load_plugin, plugin_files
 
 if TYPE_CHECKING:
     from bench.grid import GridItem
@@ -30,15 +30,15 @@ DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 local
 
 def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
                   download: bool, progress: bool, plugins: tuple[Path, ...] = ()) -> list[dict]:
-    """One task, the same in every executor: a pack of runs (``bench.packs``; one protocol and
-    split). Load the plugin files that define methods (a worker process starts without them), the
-    data (cached per process), the records of the runs they depend on; train, evaluate, store
+    """One task, the same in every executor: a pack of runs (``bench.packs``; one protocol). Load
+    the plugin files that define methods (a worker process starts without them), each run's data
+    (cached per process and split), the records of the runs they depend on; train, evaluate, store
     each run's record as the pack ends."""
     for path in plugins:
         load_plugin(path)
     store = RunStore(out_dir)
     references = [_references(store, config) for config in pack]
-    data = load_benchmark_data(pack[0].protocol, data_dir, download, pack[0].seed)
+    data = [load_benchmark_data(c.protocol, data_dir, download, c.seed) for c in pack]
     records = []
     save = store.add_weights if execution.save_weights else None
     for record, arrays in run_pack(pack, data, progress=progress, execution=execution, references=references,
@@ -191,7 +191,6 @@ def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[Run
 class GridRun:
     run_ids: list[str]   # the grid's runs (references and selections included), finished before or now
     ran: set[str]        # the runs this call ran (selection candidates and selections included)
-    beyond: set[str] = dataclasses.field(default_factory=set)  # trained ahead past a walk's stop
 
 
 def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: Executor = Executor(),
@@ -231,7 +230,7 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
     bar.close()
     # the candidates stay in runs.csv and summary.csv; the grid's own rows are the selections
     return GridRun([c.run_id for c in everything] + [s.run_id for s in selections],
-                   run.done_now | {w.selection.run_id for w in walks}, run.beyond)
+                   run.done_now | {w.selection.run_id for w in walks})
 
 
 def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]:
@@ -271,7 +270,6 @@ class _Runner:
     force: bool
     log: object
     done_now: set = dataclasses.field(default_factory=set)
-    beyond: set = dataclasses.field(default_factory=set)  # candidates trained ahead past their walk's stop
 
     def __call__(self, batch: list[RunConfig]) -> None:
         from bench.runner import run_line
@@ -290,24 +288,15 @@ class _Runner:
                     self.log(run_line(record))
 
 
-def _packs(selection) -> bool:
-    """Whether a selection's candidates would share packs: a packable method walking only options
-    that may differ inside a pack (training them ahead otherwise gains nothing)."""
-    cls = get_method(selection.method)
-    return cls.packs_runs() and {name for name, _ in selection.grid} <= {*cls.pack_options, "members"}
-
-
 def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, log) -> None:
-    """Walk every selection, one candidate per selection per round (seeds run side by side). With
-    packs, the candidates of a packable method's selections train first, all at once (packed
-    across seeds where the split allows); the walk's rule is then applied to their records in the
-    walk's order, so the choice is the sequential walk's, and the record names the candidates the
-    walk would not have trained (``beyond_walk``)."""
-    ahead = [w for w in walks if pack_limit(run.execution, [w.selection.protocol]) > 1 and _packs(w.selection)]
-    for w in ahead:
-        w.trained_ahead = True
+    """Walk every selection, one candidate per selection per round, the rounds of all seeds together
+    (with packs, a round's candidates of one method pack across seeds). With packs, the candidates
+    every walk trains whatever the scores (``Walk.certain``: up to its first possible early break)
+    train first, all at once; the walk's rule is then applied to their records in the walk's
+    order, so the choice is the sequential walk's, and nothing is trained that it would not train."""
+    ahead = [c for w in walks if pack_limit(run.execution, [w.selection.protocol]) > 1 for c in w.certain()]
     if ahead:
-        run([c for w in ahead for c in w.candidates])
+        run(ahead)
     while any(not w.done for w in walks):
         active = [w for w in walks if not w.done]
         run([w.next_candidate() for w in active])  # a candidate trained ahead is not trained again
@@ -317,7 +306,6 @@ def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, l
                 continue
             chosen = store.load(w.scores[w.best]["run_id"]) if w.best is not None else None
             record = w.record(chosen)
-            run.beyond.update(record["beyond_walk"])
             store.add(record, store.load_arrays(chosen["run_id"]) if chosen else None)
             advance()
             if progress:

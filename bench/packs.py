@@ -1,11 +1,13 @@
 """Packs: runs of a grid that train together as one stacked computation.
 
-Runs pack together when their method is ``packable`` (independent members, no draw from torch's
-global generator while training), and they share the method, the protocol with its train/validation
-split, and every option but the seed, the member count and the method's ``pack_options`` (which
-become per-network tensors, e.g. DARE's threshold). Every network (run x member) keeps its own init
-and data-order streams, optimiser state, early stop, checkpoint and non-finite handling, so packing
-changes speed, not the computation: ``tests/test_packs.py`` checks it bitwise on small networks;
+Runs pack together when their method is ``packable`` (no draw from torch's global generator while
+training; a joint method's coupling computed run by run), and they share the method, the protocol
+and every option but the seed, the member count (joint methods: equal member counts) and the
+method's ``pack_options`` (which become per-network tensors, e.g. DARE's threshold). Seeds whose
+train/validation splits differ (split_seed = run) pack too: each network gathers its batches from
+its own run's split. Every network (run x member) keeps its own init and data-order streams,
+optimiser state, early stop, checkpoint and non-finite handling, so packing changes speed, not the
+computation: ``tests/test_packs.py`` checks it bitwise on small networks;
 on full-size networks two CPU kernels round a packed network's values differently (docs/usage.md,
 "Packs", gives the measured bound).
 """
@@ -31,11 +33,10 @@ def pack_key(config: RunConfig) -> tuple | None:
     method = config.make_method()
     if not method.packs_runs():
         return None
-    loose = {*method.pack_options, "members"}
+    loose = {*method.pack_options} | (set() if method.joint else {"members"})
     fixed = {k: v for k, v in config.method_options.items() if k not in loose}
     unset = tuple(k for k in method.pack_options if config.method_options.get(k) is None)
-    protocol = dataclasses.replace(config.protocol, split_seed=config.protocol.split_seed_for(config.seed))
-    return config.method, json.dumps(fixed, sort_keys=True, default=str), unset, protocol
+    return config.method, json.dumps(fixed, sort_keys=True, default=str), unset, config.protocol
 
 
 def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConfig]]:

@@ -4,7 +4,8 @@
     another, torch.nn layers;
 (b) this harness's loop (bench.train), members stacked;
 (c) the machine's fp32 matrix-multiply peak (torch.mm on large square matrices);
-(d) torch-uncertainty's deep ensemble, when that optional peer is installed.
+(d) torch-uncertainty's deep ensemble, when that optional peer is installed;
+(e) with --networks: packs of N one-member networks, and (f) their batched matmuls alone.
 
 Every path trains the same members x epochs x batches of MNIST's 60,000 training images with the
 same MLP, Adam and cross-entropy, with no early stop. Times vary from run to run on a shared
@@ -131,9 +132,37 @@ def time_pack(work: Work, root: Path, device: torch.device, networks: int) -> fl
     return time.perf_counter() - start
 
 
+def time_pack_matmuls(work: Work, device: torch.device, networks: int, steps: int = 30) -> float:
+    """(f) seconds per step of only the batched matmuls that one training step of a pack of
+    ``networks`` does (per layer: forward, weight gradient, and input gradient after the first), on
+    random tensors of the training shapes: the ceiling the pack's kernels put on its speed, without
+    the gathers, element-wise work, loss, Adam and autograd around them."""
+    sizes, batch = work.sizes(), work.batch_size
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    layers = [(torch.randn(networks, batch, i, device=device), torch.randn(networks, i, o, device=device),
+               torch.randn(networks, batch, o, device=device)) for i, o in zip(sizes[:-1], sizes[1:])]
+
+    def step():
+        for layer, (h, w, g) in enumerate(layers):
+            torch.bmm(h, w)
+            torch.bmm(h.transpose(1, 2), g)
+            if layer:
+                torch.bmm(g, w.transpose(1, 2))
+
+    for _ in range(3):
+        step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - start) / steps
+
+
 def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, networks: list[int],
                   log=print) -> pd.DataFrame:
-    """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this process."""
+    """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this
+    process; (f) beside it, the fraction that the pack's matmuls alone reach."""
     samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
     log("measuring (c) fp32 matmul peak ...")
     peak = matmul_peak_gflops(work.peak_size, device=device)
@@ -142,11 +171,15 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
         log(f"timing (e) a pack of {n} networks ...")
         seconds = time_pack(work, root, device, n)
         flops = training_flops(dataclasses.replace(work, members=n), samples)
+        step_flops = training_flops_per_sample(work.sizes()) * work.batch_size * n
+        matmuls_only = step_flops / time_pack_matmuls(work, device, n) / 1e9
         rows.append({"path": "pack", "networks": n, "train_seconds": seconds,
                      "network_epochs_per_second": n * work.epochs / seconds, "train_tflop": flops / 1e12,
                      "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak,
-                     "fraction_of_peak": flops / seconds / 1e9 / peak})
-        log(f"  {n} networks: {seconds:.1f} s, {rows[-1]['fraction_of_peak']:.1%} of peak")
+                     "fraction_of_peak": flops / seconds / 1e9 / peak,
+                     "matmuls_only_gflops": matmuls_only, "matmuls_only_fraction_of_peak": matmuls_only / peak})
+        log(f"  {n} networks: {seconds:.1f} s, {rows[-1]['fraction_of_peak']:.1%} of peak "
+            f"(its matmuls alone: {rows[-1]['matmuls_only_fraction_of_peak']:.1%})")
     table = pd.DataFrame(rows).assign(device=str(device))
     return _save(table, work, out_dir / "perf_packs.csv", skip=("members",))  # a pack row has its networks
 
@@ -164,11 +197,13 @@ def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = (
 
 
 def format_pack_perf(table: pd.DataFrame) -> str:
-    lines = [f"{'networks':>8} {'train s':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} {'of peak':>8}"]
+    lines = [f"{'networks':>8} {'train s':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} {'of peak':>8} {'matmuls alone':>14}"]
     for _, r in table.iterrows():
         lines.append(f"{r['networks']:>8} {r['train_seconds']:>8.1f} {r['network_epochs_per_second']:>13.2f} "
-                     f"{r['achieved_gflops']:>8.1f} {r['fraction_of_peak']:>8.1%}")
-    lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s (measured in this process)")
+                     f"{r['achieved_gflops']:>8.1f} {r['fraction_of_peak']:>8.1%} "
+                     f"{r['matmuls_only_fraction_of_peak']:>14.1%}")
+    lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s (measured in this process); "
+                 "matmuls alone: the pack's batched matmuls of one step, without anything around them")
     return "\n".join(lines)
 
 

@@ -34,10 +34,12 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
     return run_pack([config], data, progress, execution, [references or {}])[0]
 
 
-def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, execution: Execution = Execution(),
-             references: list[dict[str, dict]] | None = None, save_weights=None) -> list[tuple[dict, dict | None]]:
-    """Train a pack of runs (``bench.packs``: one protocol and split; one run alone is a pack of
-    one) as one stacked computation, then evaluate each. ``references[i]`` are the finished
+def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progress: bool = True,
+             execution: Execution = Execution(), references: list[dict[str, dict]] | None = None,
+             save_weights=None) -> list[tuple[dict, dict | None]]:
+    """Train a pack of runs (``bench.packs``: one protocol; one run alone is a pack of one) as one
+    stacked computation, then evaluate each. ``data``: the runs' data, one BenchData for all or one
+    per run (seeds with their own splits). ``references[i]`` are the finished
     records of the runs that ``configs[i].references()`` names. Returns per run (record, arrays
     for plots), or (record, None) for a run that diverged (status 'diverged') or failed (status
     'error': the method raised, its predictions broke the contract, or a reference is unusable).
@@ -48,10 +50,11 @@ def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, e
     if execution.threads:
         torch.set_num_threads(execution.threads)
     references = references or [{} for _ in configs]
+    datas = data if isinstance(data, list) else [data] * len(configs)
     networks = [c.make_method().n_networks for c in configs]
     pack = {"pack_id": hashlib.sha1(" ".join(c.run_id for c in configs).encode()).hexdigest()[:12],
             "pack_runs": len(configs), "pack_networks": sum(networks)}
-    records = [_base_record(c, data, execution, device, pack) for c in configs]
+    records = [_base_record(c, d, execution, device, pack) for c, d in zip(configs, datas)]
     out: list[tuple[dict, dict | None] | None] = [None] * len(configs)
     bound = []  # (index, method bound to its references)
     for i, config in enumerate(configs):
@@ -66,7 +69,7 @@ def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, e
             out[i] = _failed(records[i], "binding its references", exc)
     if bound:
         try:
-            results = _train(configs, bound, data, progress, execution, device)
+            results = _train(configs, bound, datas, progress, execution, device)
         except Exception as exc:  # noqa: BLE001
             results = [exc] * len(bound)
         for (i, method), result in zip(bound, results):
@@ -76,7 +79,7 @@ def run_pack(configs: list[RunConfig], data: BenchData, progress: bool = True, e
             elif isinstance(result, Exception):
                 out[i] = _failed(records[i], "training", result)
             else:
-                out[i] = _evaluate(configs[i], method, result, data, device, records[i])
+                out[i] = _evaluate(configs[i], method, result, datas[i], device, records[i])
                 if save_weights is not None and out[i][0]["status"] == "ok":
                     save_weights(configs[i].run_id, {k: v.cpu() for k, v in result.model.state_dict().items()})
     return out
@@ -91,10 +94,10 @@ def _base_record(config: RunConfig, data: BenchData, execution: Execution, devic
             "torch_version": torch.__version__, "numpy_version": np.__version__, **provenance.stamp()}
 
 
-def _train(configs: list[RunConfig], bound: list, data: BenchData, progress: bool, execution: Execution,
+def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progress: bool, execution: Execution,
            device) -> list:
     """The bound runs' TrainResults (or Diverged): one run through ``train``, several through ``train_pack``."""
-    first = configs[bound[0][0]]
+    first, data = configs[bound[0][0]], datas[bound[0][0]]
     if len(bound) == 1:
         try:
             return [train(bound[0][1], first.protocol, data.train, data.n_classes, first.seed, progress=progress,
@@ -105,9 +108,9 @@ def _train(configs: list[RunConfig], bound: list, data: BenchData, progress: boo
     methods = [method for _, method in bound]
     networks = sum(m.n_networks for m in methods)
     return train_pack([(method, configs[i].seed) for i, method in bound], packed_method(methods, device),
-                      first.protocol, data.train, data.n_classes, progress=progress,
+                      first.protocol, [datas[i].train for i, _ in bound], data.n_classes, progress=progress,
                       label=f"pack of {len(bound)} {first.method} runs ({networks} networks)", device=device,
-                      val=data.val)
+                      val=[datas[i].val for i, _ in bound])
 
 
 def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:

@@ -150,11 +150,18 @@ class Walk:
     scores: list[dict] = dataclasses.field(default_factory=list)
     best: int | None = None
     stopped: str = ""
-    trained_ahead: bool = False  # every candidate was trained before the walk (a pack): see record
 
     @property
     def done(self) -> bool:
         return bool(self.stopped)
+
+    def certain(self) -> list[RunConfig]:
+        """The candidates this walk trains whatever their scores: up to and including the first at
+        which it may break (a break needs a best so far, so it never comes at the first candidate)."""
+        for i, config in enumerate(self.candidates[1:], start=1):
+            if self.selection.breaks_at(config):
+                return self.candidates[:i + 1]
+        return self.candidates
 
     def next_candidate(self) -> RunConfig:
         return self.candidates[len(self.scores)]
@@ -179,8 +186,6 @@ class Walk:
         row = sel.row()
         base = {"config": sel.to_dict(), "config_columns": [k for k in row if k not in ("run_id", "seed")],
                 "candidates": self.scores, "walk": self.stopped,
-                # trained ahead in a pack, but past the walk's stop: the sequential walk would not have trained them
-                "beyond_walk": [c.run_id for c in self.candidates[len(self.scores):]] if self.trained_ahead else [],
                 # a failed candidate may succeed once its method is fixed: the grid walks such a selection again
                 "failed_candidates": sum(c["status"] == "error" for c in self.scores)}
         if chosen is None:

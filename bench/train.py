@@ -60,12 +60,11 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     """
     start = time.perf_counter()
     device = torch.device(device)
-    x, y = data.x.to(device), data.y.to(device)
-    val_xy = None if val is None or len(val) == 0 else (val.x.to(device), val.y.to(device))
     all_members = list(range(method.n_networks))
     # jointly trained members share one loss, so they always train together
     groups = [all_members] if vectorize or method.joint else [[m] for m in all_members]
-    parts = [_train_members([PackRun(method, seed, ids)], method, protocol, x, y, val_xy, n_classes, device,
+    pack_data = PackData.of([data], [val], [method.n_networks], device)  # one split: shared by any members
+    parts = [_train_members([PackRun(method, seed, ids)], method, protocol, pack_data, n_classes, device,
                             progress, label if len(groups) == 1 else f"{label} member {ids[0]}")[0]
              for ids in groups]
     for part in parts:
@@ -87,23 +86,25 @@ class PackRun:
     member_ids: list[int]
 
 
-def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protocol, data: Split, n_classes: int,
-               progress: bool = True, label: str = "", device: torch.device | str = "cpu",
-               val: Split | None = None) -> list[TrainResult | Diverged]:
-    """Train several runs (method, seed) of one protocol and split as one stacked computation:
-    every network (run x member) on the member axis, each with its own init and data-order streams,
-    optimiser state, early stop, checkpoint and non-finite handling, so each run's result equals its
-    result trained alone. ``packed`` is the runs' method with the options that differ between them as
-    per-network tensors (``bench.packs.packed_method``). Returns per run its TrainResult, or the
-    Diverged of a run whose loss or parameters went non-finite (the other runs go on untouched).
+def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protocol, data: Split | list[Split],
+               n_classes: int, progress: bool = True, label: str = "", device: torch.device | str = "cpu",
+               val: Split | list[Split | None] | None = None) -> list[TrainResult | Diverged]:
+    """Train several runs (method, seed) of one protocol as one stacked computation: every network
+    (run x member) on the member axis, each with its own init and data-order streams, optimiser
+    state, early stop, checkpoint and non-finite handling, so each run's result equals its result
+    trained alone. ``data`` and ``val``: one split for every run, or one per run (seeds whose splits
+    differ, split_seed = run). ``packed`` is the runs' method with the options that differ between
+    them as per-network tensors (``bench.packs.packed_method``). Returns per run its TrainResult, or
+    the Diverged of a run whose loss or parameters went non-finite (the other runs go on untouched).
     ``seconds`` of each result is the pack's training time shared by network-epochs (a diverged
     run's share included in the whole)."""
     start = time.perf_counter()
     device = torch.device(device)
-    x, y = data.x.to(device), data.y.to(device)
-    val_xy = None if val is None or len(val) == 0 else (val.x.to(device), val.y.to(device))
     pack = [PackRun(method, seed, list(range(method.n_networks))) for method, seed in runs]
-    results = _train_members(pack, packed, protocol, x, y, val_xy, n_classes, device, progress, label)
+    trains = data if isinstance(data, list) else [data] * len(pack)
+    vals = val if isinstance(val, list) else [val] * len(pack)
+    pack_data = PackData.of(trains, vals, [len(run.member_ids) for run in pack], device)
+    results = _train_members(pack, packed, protocol, pack_data, n_classes, device, progress, label)
     seconds = time.perf_counter() - start
     work = [sum(r.epochs_run) if isinstance(r, TrainResult) else r.epoch * len(run.member_ids)
             for run, r in zip(pack, results)]
@@ -113,6 +114,71 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
     return results
 
 
+@dataclasses.dataclass
+class Source:
+    """Distinct data splits on the device and, in consecutive segments of the member axis, the split
+    each network draws from: (split, first network, end network)."""
+    splits: list[tuple[torch.Tensor, torch.Tensor]]
+    segments: list[tuple[int, int, int]]
+
+    @classmethod
+    def of(cls, splits: list[Split], networks: list[int], device: torch.device) -> "Source":
+        """The source of runs with these splits (one per run, the same object when shared) and
+        network counts."""
+        distinct: dict[int, int] = {}
+        tensors, segments, first = [], [], 0
+        for split, n in zip(splits, networks):
+            if id(split) not in distinct:
+                distinct[id(split)] = len(tensors)
+                tensors.append((split.x.to(device), split.y.to(device)))
+            k = distinct[id(split)]
+            if segments and segments[-1][0] == k:
+                segments[-1] = (k, segments[-1][1], first + n)
+            else:
+                segments.append((k, first, first + n))
+            first += n
+        if len({len(y) for _, y in tensors}) > 1:
+            raise ValueError("the runs of a pack need splits of one size")
+        return cls(tensors, segments)
+
+    def __len__(self) -> int:
+        return len(self.splits[0][1])
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``idx`` (networks, B) of each network's split: x (networks, B, D), y (networks, B)."""
+        if len(self.splits) == 1:  # index_select is ~3x faster than x[idx]
+            x, y = self.splits[0]
+            flat = idx.reshape(-1)
+            return x.index_select(0, flat).view(*idx.shape, -1), y.index_select(0, flat).view(idx.shape)
+        x0, y0 = self.splits[0]
+        xb = torch.empty(*idx.shape, x0.shape[1], dtype=x0.dtype, device=x0.device)
+        yb = torch.empty(idx.shape, dtype=y0.dtype, device=y0.device)
+        for k, a, b in self.segments:
+            x, y = self.splits[k]
+            flat = idx[a:b].reshape(-1)
+            torch.index_select(x, 0, flat, out=xb[a:b].view(-1, x.shape[1]))
+            torch.index_select(y, 0, flat, out=yb[a:b].view(-1))
+        return xb, yb
+
+
+@dataclasses.dataclass
+class PackData:
+    """A pack's training and validation data (``val`` None: no validation split)."""
+    train: Source
+    val: tuple[torch.Tensor, torch.Tensor] | None  # x (N, D) and y (N,) shared, or (M, N, D) and (M, N)
+
+    @classmethod
+    def of(cls, trains: list[Split], vals: list[Split | None], networks: list[int], device: torch.device) -> "PackData":
+        train = Source.of(trains, networks, device)
+        if any(v is None or len(v) == 0 for v in vals):
+            return cls(train, None)
+        val = Source.of(vals, networks, device)
+        if len(val.splits) == 1:
+            return cls(train, val.splits[0])
+        # each network its own split's rows, gathered once (the validation split is fixed)
+        return cls(train, val.gather(torch.arange(len(val), device=device).expand(sum(networks), -1)))
+
+
 def per_member(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a where the member's mask is set, else b: mask (M,), a and b stacked on the member axis."""
     return torch.where(mask.view(-1, *[1] * (a.dim() - 1)), a, b)
@@ -120,10 +186,11 @@ def per_member(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Te
 
 @torch.no_grad()
 def validation_loss(method: Method, model: StackedMLP, val: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Each member's task loss on the validation split (no dropout, no penalty): shape (M,)."""
+    """Each member's task loss on the validation split (no dropout, no penalty): shape (M,). ``val``:
+    x (N, D) and y (N,) shared by the members, or x (M, N, D) and y (M, N), each member its own."""
     x, y = val
     logits = method.logits(model, x)
-    return method.task_loss(logits, y.expand(logits.shape[0], -1))
+    return method.task_loss(logits, y.expand(logits.shape[0], -1) if y.dim() == 1 else y)
 
 
 def has_member_axis(p: torch.Tensor, members: int) -> bool:
@@ -192,6 +259,9 @@ class Members:
                  run_of: list[int] | None = None):
         self.params, self.count, self.unit = params, count, unit
         self.run_of = run_of or [0] * count  # the run each member belongs to (a pack holds several)
+        # each run's members: consecutive on the member axis (a unit is one run's members)
+        self.run_bounds = [(self.run_of.index(r), len(self.run_of) - self.run_of[::-1].index(r))
+                           for r in dict.fromkeys(self.run_of)]
         self.diverged: dict[int, int] = {}    # run -> the epoch it went non-finite without a checkpoint
         self.active = torch.ones(count, dtype=torch.bool, device=device)
         self.epochs_run = [epochs] * count
@@ -202,12 +272,19 @@ class Members:
         self.best_val = torch.full((count,), float("inf"), device=device)
 
     def per_unit(self, decision: torch.Tensor) -> torch.Tensor:
-        """A per-member quantity as the members decide on it: its member mean when they are one unit."""
-        return decision.float().mean().expand(self.count) if self.unit else decision
+        """A per-member quantity as the members decide on it: its mean over the run's members when
+        they are one unit."""
+        if not self.unit:
+            return decision
+        return torch.cat([decision[a:b].float().mean().expand(b - a) for a, b in self.run_bounds])
 
     def choose(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """a for the members in ``mask`` (a unit: all of them or none), b for the others."""
-        return torch.where(mask.all(), a, b) if self.unit else per_member(mask, a, b)
+        """a for the members in ``mask`` (a unit: all of the run's members or none), b for the others."""
+        if not self.unit:
+            return per_member(mask, a, b)
+        if len(self.run_bounds) == 1:
+            return torch.where(mask.all(), a, b)
+        return per_member(torch.cat([mask[i:j].all().expand(j - i) for i, j in self.run_bounds]), a, b)
 
     @property
     def all_stopped(self) -> bool:
@@ -282,10 +359,9 @@ class _Loop:
     state: Any                       # the method's training state (Method.prepare)
     optimizer: torch.optim.Optimizer
     members: Members
-    x: torch.Tensor
-    y: torch.Tensor
-    val: tuple[torch.Tensor, torch.Tensor] | None
-    order_gens: list[torch.Generator]
+    data: PackData
+    order_gens: list[torch.Generator]  # per network; joint runs: per run (its members share batches)
+    run_members: torch.Tensor          # (runs,) members per run, on the device
     member_ids: list[int]
     device: torch.device
     label: str
@@ -308,10 +384,12 @@ def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features:
     return StackedMLP.stack(models), packed.stack_states(states)
 
 
-def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, x: torch.Tensor, y: torch.Tensor,
-                   val: tuple[torch.Tensor, torch.Tensor] | None, n_classes: int, device: torch.device,
-                   progress: bool, label: str) -> list[TrainResult | Diverged]:
-    model, state = _build(runs, packed, protocol, x.shape[1], n_classes, device)
+def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
+                   device: torch.device, progress: bool, label: str) -> list[TrainResult | Diverged]:
+    if packed.joint and len({len(run.member_ids) for run in runs}) > 1:
+        raise ValueError("the joint runs of a pack need equal member counts")
+    val = data.val
+    model, state = _build(runs, packed, protocol, data.train.splits[0][0].shape[1], n_classes, device)
     params = list(model.parameters())
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
     optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
@@ -320,7 +398,8 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, x: t
                   for run in runs for m in ([0] if packed.joint else run.member_ids)]
     run_of = [r for r, run in enumerate(runs) for _ in run.member_ids]
     members = Members(params, model.members, protocol.epochs, packed.joint, device, run_of)
-    loop = _Loop(packed, protocol, model, state, optimizer, members, x, y, val, order_gens,
+    run_members = torch.tensor([len(run.member_ids) for run in runs], device=device)
+    loop = _Loop(packed, protocol, model, state, optimizer, members, data, order_gens, run_members,
                  [m for run in runs for m in run.member_ids], device, label, progress)
     history: list[dict] = []
     for epoch in range(1, protocol.epochs + 1):
@@ -353,7 +432,7 @@ def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
 
 def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One pass over the training data; returns each member's mean task loss and accuracy."""
-    protocol, members, n = loop.protocol, loop.members, len(loop.y)
+    protocol, members, n = loop.protocol, loop.members, len(loop.data.train)
     steps = math.ceil(n / protocol.batch_size)
     # index permutations are drawn on the CPU (same stream on every device), moved once per epoch
     perms = torch.stack([torch.randperm(n, generator=g) for g in loop.order_gens]).to(loop.device)  # (M or 1, N)
@@ -383,18 +462,19 @@ def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _step(loop: _Loop, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One optimiser step on the batch ``idx`` (M or 1, B); returns the logits, task loss and targets."""
     method, model, members = loop.method, loop.model, loop.members
-    # (M, B, D), (M, B): each member its own batch; index_select is ~3x faster than x[idx].
-    # Joint methods: one (B, D) batch that every member sees (the model broadcasts it).
-    flat = idx.reshape(-1)
-    xb = loop.x.index_select(0, flat).view(*idx.shape, -1)
-    yb = loop.y.index_select(0, flat).view(idx.shape)
-    if method.joint:
+    runs = len(loop.run_members)
+    # (M, B, D), (M, B): each member its own batch. Joint methods: each run's members see the run's
+    # batch; one run's is one (B, D) batch that the model broadcasts to its members.
+    if method.joint and runs > 1:
+        idx = idx.repeat_interleave(loop.run_members, dim=0)
+    xb, yb = loop.data.train.gather(idx)
+    if method.joint and runs == 1:
         xb, yb = xb[0], yb.expand(members.count, -1)
     logits = model(xb, dropout=True)
     task = method.task_loss(logits, yb)
-    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state))
-    # joint: one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
-    task_weight = 1.0 / members.count if method.joint else 1.0
+    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs if method.joint else 1))
+    # joint: each run one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
+    task_weight = 1.0 / (members.count // runs) if method.joint else 1.0
     loss = task * task_weight if penalty is None else task * task_weight + penalty
     loop.optimizer.zero_grad(set_to_none=True)
     (loss * members.active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
@@ -411,7 +491,7 @@ def _end_epoch(loop: _Loop, epoch: int, epoch_loss: torch.Tensor, epoch_acc: tor
     members.stop_nonfinite(epoch_loss, epoch)
     if members.all_stopped:
         return False
-    val_loss = validation_loss(method, loop.model, loop.val) if loop.val is not None else None
+    val_loss = validation_loss(method, loop.model, loop.data.val) if loop.data.val is not None else None
     abs_mean = member_abs_mean(loop.model).tolist()
     if val_loss is not None and method.checkpoint != "none":
         members.checkpoint(method.checkpoint, method.checkpoint_threshold, val_loss, epoch)

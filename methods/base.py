@@ -11,7 +11,8 @@ they are validated and listed). The shared training loop asks it for:
   m minimises ``task_m + penalty_m``, each on its own data order. ``joint = True``: every member
   sees the same batches and the one objective is ``(1/M) sum_m task_m + sum_m penalty_m``, so a
   term over all members (their outputs in ``batch.logits``, their parameters in ``model``, or an
-  extra forward pass on generated inputs) is simply returned as per-member shares. The task loss
+  extra forward pass on generated inputs) is simply returned as per-member shares (in a pack of
+  joint runs, computed run by run on ``batch.run_parts``). The task loss
   on the validation split also drives checkpointing (the ``checkpoint`` option every method has:
   none, best, or last_below_threshold for methods with a threshold);
 * ``predict``: test-time probabilities, shape (samples, N, classes), plus the method's own
@@ -47,10 +48,16 @@ class ReferenceFailed(Exception):
 @dataclasses.dataclass(frozen=True)
 class Batch:
     """One training step's data, as a penalty sees it."""
-    x: torch.Tensor        # (M, B, D), each member its own batch; joint methods: (B, D), shared
+    x: torch.Tensor        # (M, B, D), each member its own batch; one joint run: (B, D), shared
     y: torch.Tensor        # (M, B)
     logits: torch.Tensor   # (M, B, K), with the graph: a penalty may differentiate through it
-    state: Any = None      # what the method's ``prepare`` returned
+    state: Any = None      # what the method's ``prepare`` returned (``stack_states`` of a pack's runs)
+    runs: int = 1          # a pack of joint runs: this many runs' members, in equal consecutive groups
+
+    def run_parts(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A tensor stacked on the member axis, split into each run's members (views). A joint
+        method computes its coupling term run by run on these, so runs of a pack stay independent."""
+        return t.split(t.shape[0] // self.runs)
 
 
 def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -78,12 +85,14 @@ class Method:
     has_threshold: ClassVar[bool] = False  # may use checkpoint=last_below_threshold
     joint: ClassVar[bool] = False  # members share batches and one objective (see the module docstring)
 
-    # Packs (bench.packs): runs of one method, protocol and split may train as one stacked computation
-    # when the method's members are independent and it draws nothing from torch's global generator
-    # while training. A class says so itself (``packable = True`` in its own body: a subclass, whose
-    # penalty may couple members, does not inherit it; see packs_runs). The options named in
-    # pack_options may differ between the runs of a pack: where they differ each becomes a
-    # per-network tensor, so the method must work with the option as a number or such a tensor.
+    # Packs (bench.packs): runs of one method and protocol (their seeds' splits may differ) may train as
+    # one stacked computation when the method draws nothing from torch's global generator while
+    # training (a run's own draws come from its own generator, kept in ``prepare``'s state). A joint
+    # method packs too when its coupling terms are computed run by run (``Batch.run_parts``); the runs
+    # of a joint pack have equal member counts. A class says so itself (``packable = True`` in its own
+    # body: a subclass, whose penalty may couple members, does not inherit it; see packs_runs). The
+    # options named in pack_options may differ between the runs of a pack: where they differ each
+    # becomes a per-network tensor, so the method must work with the option as a number or such a tensor.
     packable: ClassVar[bool] = False
     pack_options: ClassVar[tuple[str, ...]] = ()
 
@@ -173,8 +182,8 @@ class Method:
 
     @torch.no_grad()
     def logits(self, model: StackedMLP, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        """(M, N, K) logits, computed in chunks of rows."""
-        return torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK)], dim=1)
+        """(M, N, K) logits of x (N, D), or of x (M, N, D), each member its own rows, in chunks of rows."""
+        return torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK, dim=-2)], dim=1)
 
     def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
         """Softmax of each member (no dropout): (members, N, K)."""

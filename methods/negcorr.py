@@ -30,6 +30,8 @@ class NegCorr(Method):
     name = "negcorr"
     summary = "joint members; penalises each member's correlation with the others' deviations"
     joint = True
+    packable = True
+    pack_options = ("lam",)
 
     members: int = option(3, **MEMBERS_OPTION)
     lam: float = option(1e-3, **POSITIVE, help="weight of the correlation term")
@@ -39,4 +41,6 @@ class NegCorr(Method):
         return "NegCorr"
 
     def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return self.lam * negative_correlation(batch.logits) / model.members  # shares of (lam/M) sum_m
+        members = model.members // batch.runs
+        terms = torch.cat([negative_correlation(o) for o in batch.run_parts(batch.logits)])  # run by run
+        return self.lam * terms / members  # shares of each run's (lam/M) sum_m

@@ -43,6 +43,7 @@ class RDE(Method):
     name = "rde"
     summary = "joint members repelled in weight space by an RBF kernel (median-heuristic bandwidth)"
     joint = True
+    packable = True
 
     members: int = option(3, **MEMBERS_OPTION)
 
@@ -51,4 +52,5 @@ class RDE(Method):
         return "RDE"
 
     def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return repulsion(list(model.parameters()))
+        parts = zip(*(batch.run_parts(p) for p in model.parameters()))  # each run's members' parameters
+        return torch.cat([repulsion(list(params)) for params in parts])

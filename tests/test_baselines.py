@@ -42,9 +42,8 @@ def test_anchors_are_per_member_reproducible_and_scaled_by_sigma():
 
 
 def test_mod_draws_in_the_batch_box_and_rewards_member_variance():
-    torch.manual_seed(0)
     x = torch.tensor([[0.0, 10.0], [1.0, 30.0], [0.5, 20.0]])
-    draws = box_samples(x.repeat(100, 1))
+    draws = box_samples(x.repeat(100, 1), torch.Generator().manual_seed(0))
     assert draws.shape == (300, 2)
     assert (draws[:, 0] >= 0).all() and (draws[:, 0] <= 1).all() and (draws[:, 1] >= 10).all() and (draws[:, 1] <= 30).all()
     # two members, one sample, two outputs: (1, 3) and (3, 3) -> variances 1 and 0 -> mean 0.5
@@ -55,7 +54,8 @@ def test_mod_draws_in_the_batch_box_and_rewards_member_variance():
         def forward(self, x, dropout=False):
             return outputs
     fixed = Fixed(2, 2, (1,), 2)
-    shares = MOD(members=2, lam=0.1).penalty(fixed, None, Batch(x, None, None))
+    state = MOD(members=2).prepare(fixed, 0, [0, 1])  # the run's own generator
+    shares = MOD(members=2, lam=0.1).penalty(fixed, None, Batch(x, None, None, state))
     assert shares.tolist() == pytest.approx([-0.025, -0.025])  # sum: -lam * 0.5
 
     class Echo(StackedMLP):  # members output their input (member m times m + 1): the term sees the draws
@@ -63,8 +63,7 @@ def test_mod_draws_in_the_batch_box_and_rewards_member_variance():
             seen.append(inputs)
             return torch.stack([inputs * (m + 1) for m in range(2)])
     seen = []
-    torch.manual_seed(1)
-    shares = MOD(members=2, lam=0.1).penalty(Echo(2, 2, (1,), 2), None, Batch(x, None, None))
+    shares = MOD(members=2, lam=0.1).penalty(Echo(2, 2, (1,), 2), None, Batch(x, None, None, state))
     (draws,) = seen
     assert draws.shape == x.shape and not torch.equal(draws, x)  # new inputs, not the batch
     assert (draws.min(0).values >= x.min(0).values).all() and (draws.max(0).values <= x.max(0).values).all()

@@ -89,20 +89,60 @@ def test_a_network_that_goes_non_finite_leaves_the_others_untouched():
         assert_same(alone(method, seed), result)
 
 
-def test_runs_pack_by_method_protocol_split_and_fixed_options():
+def test_runs_pack_by_method_protocol_and_fixed_options_across_seeds_and_splits():
     protocol = make_protocol({"split_seed": "run", "val_size": 10})
     configs = [make_run_config("dare", {"members": m, "threshold": t}, protocol, s)
                for s in (0, 1) for m in (1, 3) for t in (0.1, 0.3)]
     configs += [make_run_config("dare", {"members": 2, "threshold": 0.1, "loss": "mse"}, protocol, 0),
-                make_run_config("mod", {"members": 2}, protocol, 0), make_run_config("mod", {"members": 2}, protocol, 0)]
-    packs = make_packs(configs, max_networks=8)
-    # seed 0 and seed 1 have their own splits; loss=mse is another pack; mod (joint) trains alone
-    assert [[(c.seed, c.method_options["members"], c.method_options["threshold"]) for c in p] for p in packs[:3]] == [
-        [(0, 1, 0.1), (0, 1, 0.3), (0, 3, 0.1), (0, 3, 0.3)], [(1, 1, 0.1), (1, 1, 0.3), (1, 3, 0.1), (1, 3, 0.3)],
+                make_run_config("mod", {"members": 2, "lam": 0.1}, protocol, 0),
+                make_run_config("mod", {"members": 2, "lam": 1.0}, protocol, 1),
+                make_run_config("mod", {"members": 3}, protocol, 0),
+                make_run_config("mc_dropout", {}, protocol, 0)]
+    packs = make_packs(configs, max_networks=16)
+    # seeds 0 and 1 pack although their splits differ; loss=mse is another pack; a joint method packs
+    # runs of equal member counts only; MC dropout (torch's global generator) trains alone
+    assert [[(c.seed, c.method_options["members"], c.method_options["threshold"]) for c in p] for p in packs[:2]] == [
+        [(0, 1, 0.1), (0, 1, 0.3), (0, 3, 0.1), (0, 3, 0.3), (1, 1, 0.1), (1, 1, 0.3), (1, 3, 0.1), (1, 3, 0.3)],
         [(0, 2, 0.1)]]
-    assert [len(p) for p in packs[3:]] == [1, 1] and pack_key(configs[-1]) is None
+    assert [[(c.method, c.seed, c.make_method().n_networks) for c in p] for p in packs[2:]] == [
+        [("mod", 0, 2), ("mod", 1, 2)], [("mod", 0, 3)], [("mc_dropout", 0, 1)]]
+    assert pack_key(configs[-1]) is None
     assert [len(p) for p in make_packs(configs[:4], max_networks=5)] == [3, 1]  # 1 + 1 + 3 networks, then 3
     assert [len(p) for p in make_packs(configs[:4], max_networks=1)] == [1, 1, 1, 1]
+
+
+SPLITS = {seed: (toy_split(128, 32, 32, seed=10 + seed, separation=4.0), toy_split(24, 32, 32, seed=20 + seed,
+                                                                                  separation=4.0))
+          for seed in (0, 1, 2)}
+
+
+def test_runs_whose_splits_differ_train_in_one_pack_as_each_trains_alone():
+    # split_seed = run: each seed its own train and validation split, one pack
+    methods = [DeepEnsemble(members=2, checkpoint="best"), DeepEnsemble(members=1, checkpoint="best"),
+               DeepEnsemble(members=3, checkpoint="best")]
+    seeds = (0, 1, 2)
+    packed = train_pack([(m, s) for m, s in zip(methods, seeds)], packed_method(methods), PROTOCOL,
+                        [SPLITS[s][0] for s in seeds], 32, progress=False, val=[SPLITS[s][1] for s in seeds])
+    for method, seed, result in zip(methods, seeds, packed):
+        train_split, val_split = SPLITS[seed]
+        assert_same(train(method, PROTOCOL, train_split, 32, seed, progress=False, val=val_split), result)
+
+
+@pytest.mark.parametrize(("name", "runs"), [
+    ("mod", [({"members": 2, "lam": 0.1}, 0), ({"members": 2, "lam": 1.0}, 1), ({"members": 2, "lam": 0.1}, 2)]),
+    ("negcorr", [({"members": 3, "lam": 0.5}, 0), ({"members": 3, "lam": 0.01}, 1)]),
+    ("rde", [({"members": 2}, 0), ({"members": 2}, 1), ({"members": 2}, 2)]),
+])
+def test_a_pack_of_joint_runs_trains_each_run_as_it_trains_alone(name, runs):
+    # each run keeps its unit: its members share the run's batches, its term, its checkpoint and stop
+    methods = [REGISTRY[name](**options, checkpoint="best") for options, _ in runs]
+    seeds = [seed for _, seed in runs]
+    packed = train_pack([(m, s) for m, s in zip(methods, seeds)], packed_method(methods), PROTOCOL,
+                        [SPLITS[s][0] for s in seeds], 32, progress=False, val=[SPLITS[s][1] for s in seeds])
+    for method, seed, result in zip(methods, seeds, packed):
+        train_split, val_split = SPLITS[seed]
+        assert_same(train(method, PROTOCOL, train_split, 32, seed, progress=False, val=val_split), result)
+    assert all(len(set(r.epochs_run)) == 1 for r in packed)  # a run's members stop together
 
 
 def test_a_packed_grid_writes_the_records_of_the_run_by_run_grid(tiny_data, tmp_path):
@@ -202,10 +242,10 @@ def test_a_pack_trains_on_the_gpu_as_on_the_cpu_within_float_rounding():
         assert next(b.model.parameters()).device.type == "cuda"
 
 
-def test_a_selections_candidates_train_as_a_pack_and_the_walk_chooses_as_it_walks(tiny_data, tmp_path):
+def test_a_selections_candidates_train_in_packs_and_the_walk_chooses_as_it_walks(tiny_data, tmp_path):
     grid = ["--data-dir", str(tiny_data), "--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "8",
             "--batch-size", "32", "--no-download", "--no-plots", "-q", "--methods", "anchor_net", "-o", "members=2",
-            "--select", "anchor_net.lam=0,1000,1e6,0.001"]
+            "--split-seed", "run", "--select", "anchor_net.lam=0,1000,1e6,0.001"]
     assert main(["run", "--out", str(tmp_path / "walked"), "--pack-size", "1", *grid]) == 0
     assert main(["run", "--out", str(tmp_path / "packed"), *grid]) == 0
 
@@ -218,22 +258,84 @@ def test_a_selections_candidates_train_as_a_pack_and_the_walk_chooses_as_it_walk
         ahead = packed[name]
         assert ahead["selected"] == sequential["selected"] and ahead["walk"] == sequential["walk"]
         assert [c["run_id"] for c in ahead["candidates"]] == [c["run_id"] for c in sequential["candidates"]]
-        assert sequential["beyond_walk"] == []
-        walked_ids = {c["run_id"] for c in ahead["candidates"]}
-        all_ids = {c.stem for c in (tmp_path / "packed" / "records").glob("*.json") if not c.stem.startswith("sel-")
-                   and json.loads(c.read_text())["seed"] == ahead["seed"]}
-        assert set(ahead["beyond_walk"]) == all_ids - walked_ids  # trained ahead, past the early break
-    stopped = [s for s in packed.values() if s["beyond_walk"]]
-    assert stopped, "the grid should make some walk stop early for this test to mean anything"
-    runs = pd.read_csv(tmp_path / "packed" / "runs.csv")
-    assert runs.loc[~runs["run_id"].str.startswith("sel-"), "pack_runs"].max() == 8  # 4 candidates x 2 seeds
+    trained = {p.stem for p in (tmp_path / "packed" / "records").glob("*.json") if not p.stem.startswith("sel-")}
+    walked_ids = {c["run_id"] for s in packed.values() for c in s["candidates"]}
+    assert trained == walked_ids  # nothing past a walk's stop is trained
+    assert any(len(s["candidates"]) < 4 for s in packed.values()), "some walk should stop early for this test"
+    runs = pd.read_csv(tmp_path / "packed" / "runs.csv").set_index("run_id")
+    # the walks' first two candidates (trained whatever the scores) of both seeds, whose splits differ: one pack
+    first_two = [c["run_id"] for s in packed.values() for c in s["candidates"][:2]]
+    assert runs.loc[first_two, "pack_runs"].tolist() == [4] * 4 and runs.loc[first_two, "pack_id"].nunique() == 1
 
 
 def test_packable_is_declared_by_a_class_not_inherited():
     class Coupled(DeepEnsemble):  # a subclass may couple its members: it packs only if it says so
         pass
 
-    assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network")] == [True] * 4
-    assert not Coupled.packs_runs() and not REGISTRY["mod"].packs_runs() and not REGISTRY["mc_dropout"].packs_runs()
+    assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network", "mod",
+                                               "negcorr", "rde")] == [True] * 7
+    assert not Coupled.packs_runs() and not REGISTRY["mc_dropout"].packs_runs()
+    assert not REGISTRY["batch_ensemble"].packs_runs() and not REGISTRY["packed_ensemble"].packs_runs()
     protocol = make_protocol({"val_size": 10})
     assert pack_key(make_run_config("mc_dropout", {}, protocol, 0)) is None
+
+
+SLOW_PLUGIN = '''
+import dataclasses, os, pathlib, time
+from methods.deep_ensemble import DeepEnsemble
+
+@dataclasses.dataclass(frozen=True)
+class Slow(DeepEnsemble):
+    """A deep ensemble that, while DARE_BENCH_TEST_MARKER is set, says it is training and then
+    trains slowly, so that a test can kill it mid-pack."""
+    name = "slow"
+    summary = "a deep ensemble slowed down on purpose"
+    packable = True
+
+    def penalty(self, model, task_loss, batch):
+        marker = os.environ.get("DARE_BENCH_TEST_MARKER")
+        if marker:
+            pathlib.Path(marker).touch()
+            time.sleep(0.2)
+        return None
+'''
+
+
+def test_kill_9_mid_pack_loses_only_that_pack_and_the_same_command_resumes(tiny_data, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    plugin, out, marker = tmp_path / "slow.py", tmp_path / "out", tmp_path / "training"
+    plugin.write_text(SLOW_PLUGIN)
+    command = [sys.executable, "-m", "bench", "run", "--plugin", str(plugin), "--methods", "deep_ensemble", "slow",
+               "--seeds", "0", "1", "--data-dir", str(tiny_data), "--out", str(out), "--epochs", "2",
+               "--val-size", "50", "--hidden", "8", "--batch-size", "32", "--no-download", "--no-plots", "-q"]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DARE_BENCH_TEST_MARKER": str(marker), "PYTHONPATH": str(root)}
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), process.stderr.read().decode() if process.poll() is not None else "no training seen"
+        process.send_signal(signal.SIGKILL)  # mid-pack: the slow runs' pack is training
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    records = {p.name: p.read_bytes() for p in (out / "records").glob("*.json")}
+    finished = [json.loads(b) for b in records.values()]
+    assert [r["method"] for r in finished] == ["deep_ensemble"] * 2  # the first pack's runs, nothing else
+    assert not [p for p in (out / "records").iterdir() if p.suffix != ".json"]  # no half-written file left
+
+    del env["DARE_BENCH_TEST_MARKER"]
+    resumed = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "2 of 4 runs already finished" in resumed.stderr + resumed.stdout
+    after = {p.name: p.read_bytes() for p in (out / "records").glob("*.json")}
+    assert len(after) == 4 and all(after[name] == body for name, body in records.items())  # kept as they were
+    assert sorted(json.loads(b)["method"] for b in after.values()) == ["deep_ensemble"] * 2 + ["slow"] * 2
