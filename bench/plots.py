@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -157,6 +158,113 @@ def _top_uncertain(path: Path, title: str, variant: str, seed: int, arr: dict, c
                      color="black" if pred == true else "crimson")
         ax.axis("off")
     fig.suptitle(f"{title}\nTop-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+    """Per variant: accuracy per confidence bin (the ECE's 15 bins) as mean ± sd over seeds, against
+    the diagonal, the gap shaded; beneath, the share of test samples per bin."""
+    from bench.metrics import ECE_BINS
+    from bench.selective import reliability_bins
+    edges = np.linspace(0, 1, ECE_BINS + 1)
+    centers, width = (edges[:-1] + edges[1:]) / 2, 1 / ECE_BINS
+    cols = min(len(variants), 4)
+    rows = -(-len(variants) // cols)
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(3.4 * cols, 4.4 * rows), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1] * rows})
+    for i, variant in enumerate(variants):
+        top, bottom = axes[2 * (i // cols)][i % cols], axes[2 * (i // cols) + 1][i % cols]
+        per_seed = []
+        for rid in runs.loc[runs["variant"] == variant, "run_id"]:
+            a = arrays[rid]
+            per_seed.append(reliability_bins(a["id_conf"], a["id_pred"] == a["id_label"], ECE_BINS))
+        acc = np.array([b["accuracy"] for b in per_seed])
+        conf = np.array([b["confidence"] for b in per_seed])
+        share = np.array([b["count"] / b["count"].sum() for b in per_seed])
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a bin empty at every seed
+            mean_acc, sd_acc = np.nanmean(acc, axis=0), np.nanstd(acc, axis=0, ddof=1) if len(acc) > 1 else 0 * acc[0]
+            mean_conf = np.nanmean(conf, axis=0)
+        top.bar(centers, mean_acc, width=width * 0.92, color=colors[variant], alpha=0.75, yerr=sd_acc,
+                error_kw={"elinewidth": 0.8, "capsize": 1.5}, label="accuracy (mean ± sd)")
+        top.bar(centers, mean_conf - mean_acc, bottom=mean_acc, width=width * 0.92, color="none",
+                edgecolor="crimson", hatch="//", linewidth=0.6, label="gap to the mean confidence")
+        top.plot([0, 1], [0, 1], linestyle=":", color="grey")
+        ece = runs.loc[runs["variant"] == variant, "id_ece"]
+        top.set_title(f"{textwrap.fill(variant, 40)}\nECE {ece.mean():.3f} ± {ece.std(ddof=1) if len(ece) > 1 else 0:.3f}",
+                      fontsize=8)
+        top.set_xlim(0, 1), top.set_ylim(0, 1)
+        top.set_ylabel("accuracy" if i % cols == 0 else "")
+        bottom.bar(centers, share.mean(axis=0), width=width * 0.92, color=colors[variant], alpha=0.75)
+        bottom.set_yscale("log"), bottom.set_xlim(0, 1), bottom.set_ylim(1e-4, 1)
+        bottom.set_xlabel("confidence (max mean probability)", fontsize=8)
+        bottom.set_ylabel("share" if i % cols == 0 else "")
+    for j in range(len(variants), rows * cols):
+        axes[2 * (j // cols)][j % cols].axis("off"), axes[2 * (j // cols) + 1][j % cols].axis("off")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"{title}\nreliability: {ECE_BINS} equal-width bins (the ECE's), seeds' mean ± sd; "
+                 "beneath: share of ID test samples per bin", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+    """Selective risk against coverage per variant (confidence: the max mean probability), the mean
+    over seeds of each seed's RC curve read at a grid of coverages (bench.selective)."""
+    from bench.selective import rc_curve, risk_at_coverage
+    grid = np.linspace(0.05, 1, 96)
+    fig, ax = plt.subplots(figsize=(6, 4.6))
+    for variant in variants:
+        curves = []
+        for rid in runs.loc[runs["variant"] == variant, "run_id"]:
+            a = arrays[rid]
+            curve = rc_curve(-a[score_key("one_minus_max_prob")].astype(np.float64), a["id_pred"] != a["id_label"])
+            curves.append([risk_at_coverage(curve, c) for c in grid])
+        curves = np.array(curves)
+        augrc = runs.loc[runs["variant"] == variant, "augrc_one_minus_max_prob"]
+        ax.plot(grid, curves.mean(axis=0), color=colors[variant], linewidth=1.5,
+                label=f"{textwrap.shorten(variant, 60)}: AUGRC {augrc.mean():.4f}")
+        if len(curves) > 1:
+            ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=colors[variant], alpha=0.12)
+    ax.set_xlabel("coverage (share of ID test samples accepted)")
+    ax.set_ylabel("selective risk (error rate of the accepted)")
+    ax.set_title(f"{title}\nrisk-coverage by the max mean probability: mean over seeds, band: min-max", fontsize=9)
+    ax.legend(fontsize=6.5, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def forest_plot(path: Path, title: str, differences: pd.DataFrame) -> Path | None:
+    """The paired differences of a protocol (bench.paired, one panel per metric): one line per row,
+    its mean and 95 % t-interval over seeds against the zero of its reference."""
+    from bench.paired import PAIRED
+    if differences.empty:
+        return None
+    metrics = list(dict.fromkeys(differences["metric"]))
+    titles = {c: t for c, t, _, _ in PAIRED}
+    rows = list(dict.fromkeys(differences["variant"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics), 0.45 * len(rows) + 1.8), sharey=True,
+                             squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        sub = differences[differences["metric"] == metric].set_index("variant").reindex(rows)
+        y = np.arange(len(rows))
+        real = sub["real"].fillna(False).astype(bool).to_numpy()
+        low, high = sub["low"].to_numpy(float), sub["high"].to_numpy(float)
+        ax.hlines(y, low, high, color=np.where(real, "crimson", "grey"), linewidth=1.6)
+        ax.plot(sub["mean"], y, "D", color="black", markersize=4)
+        ax.axvline(0, color="black", linewidth=0.8)
+        name = "auroc" if metric.startswith("auroc_vs_") else metric
+        ax.set_title(titles.get(name, metric).replace("{set}", metric.removeprefix("auroc_vs_")), fontsize=9)
+    axes[0][0].set_yticks(range(len(rows)), [textwrap.fill(f"{v}\n− {r}", 52) for v, r in
+                                             zip(rows, differences.groupby("variant", sort=False)["reference"].first())],
+                          fontsize=6.5)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(f"{title}\npaired difference to the deep ensemble, mean and 95 % t-interval over seeds "
+                 "(red: excludes 0)", fontsize=9, y=1.02)
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path

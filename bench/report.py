@@ -13,7 +13,7 @@ import pandas as pd
 
 from bench.config import Protocol
 from bench.errors import BenchError
-from bench.metrics import OOD_METRICS, ood_column
+from bench.metrics import OOD_METRICS, ood_column, scored_sets
 from bench.store import RunStore, sorted_runs, summarize, without_candidates
 
 # (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
@@ -153,12 +153,17 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     preset names one. Prints the summary. Returns the files written."""
     runs = sorted_runs(runs)  # the order of `bench report`, whatever order a grid ran in
     groups = protocol_groups(runs)
-    sections, files = [], []
+    sections, files, paired = [], [], []
     for group in groups:
         summary = summarize(group.runs, keys)
+        differences = paired_differences(group.runs, keys)
+        paired.append(differences.assign(protocol=group.label))
         echo(f"{group.label}\n{format_summary(summary)}")
-        sections.append(f"## {group.label}\n\nProtocol: {group.details}\n\n{format_summary(summary, markdown=True)}\n")
+        sections.append(f"## {group.label}\n\nProtocol: {group.details}\n\n{format_summary(summary, markdown=True)}\n"
+                        + format_paired(differences, scored_sets(group.runs)))
     (store.out / "summary.md").write_text("\n".join(sections) if sections else "no finished runs\n")
+    table = pd.concat(paired, ignore_index=True) if paired else pd.DataFrame()
+    table.to_csv(store.out / "paired.csv", index=False)
     for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
         echo(f"error recorded: {error}")
     if compare_to and not runs.empty:
@@ -175,6 +180,39 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     for path in files:
         echo(f"wrote {path}")
     return files
+
+
+def paired_differences(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each row's paired differences to its deep-ensemble reference (bench.paired), one protocol's runs."""
+    from bench.paired import paired_table
+    options = [k for k in keys if k not in PROTOCOL_COLUMNS and k not in NOT_OPTIONS]
+    return paired_table(runs, options, scored_sets(runs))
+
+
+NOT_OPTIONS = ("method", "label", "variant", "preset", "ood_split", "primary_score", "select")
+
+
+def format_paired(differences: pd.DataFrame, sets: list[str]) -> str:
+    """The markdown table of the paired differences: one line per row, '*' where the 95 % interval
+    excludes 0; empty when the protocol has no reference row."""
+    from bench.paired import PAIRED, format_difference
+    if differences.empty:
+        return ""
+    columns = [(f"auroc_vs_{s}", title.replace("{set}", s), scale, digits) if c == "auroc" else (c, title, scale, digits)
+               for c, title, scale, digits in PAIRED for s in (sets if c == "auroc" else [""])]
+    header = ["variant", "reference", "pairs"] + [title for _, title, _, _ in columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    notes = []
+    for (variant, reference), frame in differences.groupby(["variant", "reference"], sort=False):
+        by_metric = frame.set_index("metric")
+        cells = [format_difference(by_metric.loc[c].to_dict(), scale, digits) if c in by_metric.index else "-"
+                 for c, _, scale, digits in columns]
+        lines.append("| " + " | ".join([f"`{variant}`", f"`{reference}`", str(int(frame["n"].max()))] + cells) + " |")
+        notes += [f"- `{variant}`: {note}" for note in dict.fromkeys(frame["note"]) if note]
+    return ("\n**Paired differences to the deep ensemble** (row − reference over the seeds both finished; "
+            "mean [95 % t-interval]; * where the interval excludes 0; AUROC by each row's own score; AUGRC with "
+            "the max mean probability as confidence):\n\n" + "\n".join(lines) + "\n"
+            + ("\n" + "\n".join(notes) + "\n" if notes else ""))
 
 
 def skipped_sets(runs: pd.DataFrame) -> list[str]:

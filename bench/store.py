@@ -175,17 +175,22 @@ class RunStore:
         return out
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
-        """runs.csv, summary.csv and ood.csv (the OOD metrics in long form) from every record.
+        """runs.csv, summary.csv, ood.csv (the OOD metrics in long form) and selective.csv (the
+        selective-prediction metrics from each run's cached predictions) from every record.
         Returns (runs, summary, config columns, problems)."""
         from bench.metrics import ood_table
+        from bench.selective import selective_table, with_selective
         self.ensure()
         records, problems = self.scan()
         runs = records_frame(records, self.candidates())
+        selective = selective_table(runs, self.load_arrays)  # from the cached predictions: no retraining
+        runs = with_selective(runs, selective)
         keys = config_columns(records)
         summary = summarize(runs, keys)
         runs.to_csv(self.out / "runs.csv", index=False)
         summary.to_csv(self.out / "summary.csv", index=False)
         ood_table(runs).to_csv(self.out / "ood.csv", index=False)
+        selective.to_csv(self.out / "selective.csv", index=False)
         return runs, summary, keys, problems
 
 

@@ -1,0 +1,133 @@
+"""Paired comparisons: each row of a table against a reference row of the same protocol, seed by
+seed. Rows trained on the same seeds share the seed's split, initial streams and data order, so
+their difference per seed removes the seed-to-seed noise that both rows share.
+
+For a metric, the paired difference of row A to reference R is d_s = A_s - R_s over the seeds s
+that both finished (status ok). Reported: the number of pairs n, the mean difference, and the 95 %
+t-interval mean ± t(0.975, n - 1) * sd(d) / sqrt(n) (Student's t over seeds; it needs n >= 2). A
+difference is marked real when its interval excludes 0. With 5 seeds the interval is wide
+(t(0.975, 4) = 2.78): it speaks about these seeds' spread, not about other seeds' test sets. An
+exact sign test cannot reach p < 0.05 with 5 pairs (its smallest two-sided p is 2/32 = 0.0625), so
+none is reported.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+LEVEL = 0.95
+
+
+def t_interval(differences: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, low, high) of the mean difference; low and high nan for fewer than 2 pairs."""
+    d = np.asarray(differences, dtype=np.float64)
+    if len(d) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(d.mean())
+    if len(d) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
+    return mean, mean - half, mean + half
+
+
+def pair(row: pd.DataFrame, reference: pd.DataFrame, metric: str, reference_metric: str | None = None) -> dict:
+    """The paired difference of ``metric`` between two rows' runs (one run per seed each; status ok
+    only). ``reference_metric``: the reference's column when it differs (e.g. its own OOD score).
+    Returns n, mean, low, high, real and a note on unpaired seeds ('' when every seed pairs)."""
+    a = _by_seed(row, metric)
+    b = _by_seed(reference, reference_metric or metric)
+    seeds = sorted(set(a.index) & set(b.index))
+    d = (a.loc[seeds] - b.loc[seeds]).to_numpy() if seeds else np.array([])
+    mean, low, high = t_interval(d)
+    only_a, only_b = sorted(set(a.index) - set(b.index)), sorted(set(b.index) - set(a.index))
+    note = "; ".join(part for part in (
+        f"seeds {_list(only_a)} without a reference run" if only_a else "",
+        f"reference seeds {_list(only_b)} without a run" if only_b else "",
+        "fewer than 2 pairs: no interval" if len(seeds) < 2 else "") if part)
+    return {"n": len(seeds), "mean": mean, "low": low, "high": high,
+            "real": bool(len(seeds) >= 2 and (low > 0 or high < 0)), "note": note}
+
+
+def _by_seed(runs: pd.DataFrame, metric: str) -> pd.Series:
+    ok = runs[(runs.get("status", "ok") == "ok")] if "status" in runs else runs
+    if metric not in ok:
+        return pd.Series(dtype=float)
+    values = ok.set_index("seed")[metric].astype(float).dropna()
+    return values[~values.index.duplicated(keep="first")]
+
+
+def _list(seeds: list) -> str:
+    return ", ".join(map(str, seeds))
+
+
+def format_difference(result: dict, scale: float = 1.0, digits: int = 3) -> str:
+    """'+0.012 [+0.004, +0.020] *' (the mark when the interval excludes 0); '-' without pairs."""
+    if not result["n"] or pd.isna(result["mean"]):
+        return "-"
+    mean = f"{result['mean'] * scale:+.{digits}f}"
+    if pd.isna(result["low"]):
+        return f"{mean} (n={result['n']})"
+    return (f"{mean} [{result['low'] * scale:+.{digits}f}, {result['high'] * scale:+.{digits}f}]"
+            + (" *" if result["real"] else ""))
+
+
+REFERENCE_METHOD = "deep_ensemble"
+DEFAULT_LOSS = "ce"  # a method without a loss option trains on cross-entropy
+# (column, title, scale, digits) of the paired columns; "auroc" is per OOD set, each row by its own score
+PAIRED = [("id_acc", "Δ ID acc", 100, 2), ("id_nll_nats", "Δ NLL", 1, 3), ("id_ece", "Δ ECE", 1, 3),
+          ("auroc", "Δ AUROC vs {set}", 1, 3), ("augrc_one_minus_max_prob", "Δ AUGRC", 1, 4)]
+
+
+def options_of(run: pd.Series, option_names: list[str]) -> dict:
+    """A run's method options (those set), with the loss of a method that has none: cross-entropy."""
+    out = {k: run[k] for k in option_names if k in run and not pd.isna(run[k])}
+    out.setdefault("loss", DEFAULT_LOSS)
+    return out
+
+
+def choose_reference(variant_runs: pd.DataFrame, references: dict[str, pd.DataFrame], option_names: list[str]) -> str:
+    """Of the reference rows (variant -> runs), the one whose options agree with this row's on the
+    most option names (members, loss, checkpoint, ...); ties go to the first."""
+    mine = options_of(variant_runs.iloc[0], option_names)
+    def agreement(variant: str) -> int:
+        theirs = options_of(references[variant].iloc[0], option_names)
+        return sum(1 for k, v in mine.items() if k in theirs and str(theirs[k]) == str(v))
+    return max(references, key=agreement)  # max keeps the first of equals
+
+
+def paired_table(runs: pd.DataFrame, option_names: list[str], sets: list[str],
+                 reference: Callable[[pd.DataFrame], bool] | None = None) -> pd.DataFrame:
+    """Per row (variant) of one protocol's runs, the paired difference of each PAIRED metric to its
+    reference row: by default the deep-ensemble row whose options agree most (``choose_reference``);
+    the reference rows themselves get none.
+    Long form: variant, reference, metric, n, mean, low, high, real, note."""
+    if runs.empty:
+        return pd.DataFrame(columns=["variant", "reference", "metric", "n", "mean", "low", "high", "real", "note"])
+    by_variant = {v: frame for v, frame in runs.groupby("variant", sort=False)}
+    is_reference = reference or (lambda frame: frame["method"].iloc[0] == REFERENCE_METHOD)
+    references = {v: frame for v, frame in by_variant.items() if is_reference(frame)}
+    rows = []
+    for variant, frame in by_variant.items():
+        if not references or variant in references:  # a reference row is what the others are compared with
+            continue
+        ref = choose_reference(frame, references, option_names)
+        for column, _, _, _ in PAIRED:
+            for metric, own, theirs in _columns(column, frame, references[ref], sets):
+                rows.append({"variant": variant, "reference": ref, "metric": metric,
+                             **pair(frame, references[ref], own, theirs)})
+    return pd.DataFrame(rows)
+
+
+def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list[str]):
+    """(metric name, the row's column, the reference's column): an OOD metric by each row's own score."""
+    if column != "auroc":
+        yield column, column, column
+        return
+    from bench.metrics import ood_column
+    for s in sets:
+        yield (f"auroc_vs_{s}", ood_column("auroc", row["primary_score"].iloc[0], s),
+               ood_column("auroc", reference["primary_score"].iloc[0], s))

@@ -1,0 +1,52 @@
+"""Paired differences (bench.paired): the t-interval against scipy, marks, and pairing mismatches
+reported rather than dropped."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bench.paired import format_difference, pair, t_interval
+
+
+def runs(values: dict[int, float], status: dict[int, str] | None = None) -> pd.DataFrame:
+    return pd.DataFrame({"seed": list(values), "id_acc": list(values.values()),
+                         "status": [(status or {}).get(s, "ok") for s in values]})
+
+
+def test_t_interval_matches_scipy():
+    d = np.array([0.012, 0.004, 0.020, -0.002, 0.011])
+    mean, low, high = t_interval(d)
+    expected = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    assert mean == pytest.approx(d.mean()) and (low, high) == pytest.approx(expected)
+    assert math.isnan(t_interval(np.array([0.3]))[1])  # one pair: no interval
+
+
+def test_a_real_difference_is_marked_and_one_inside_the_noise_is_not():
+    reference = runs({0: 0.80, 1: 0.82, 2: 0.78, 3: 0.81, 4: 0.79})
+    better = runs({s: v + 0.02 + 0.001 * s for s, v in zip(range(5), [0.80, 0.82, 0.78, 0.81, 0.79])})
+    result = pair(better, reference, "id_acc")
+    assert result["n"] == 5 and result["real"] and result["low"] > 0 and result["note"] == ""
+    noisy = runs({0: 0.81, 1: 0.81, 2: 0.79, 3: 0.80, 4: 0.78})
+    assert not pair(noisy, reference, "id_acc")["real"]
+    assert format_difference(result, 100, 1).endswith(" *") and format_difference(result, 100, 1).startswith("+2.2 [")
+
+
+def test_unpaired_seeds_are_reported_not_silently_dropped():
+    reference = runs({0: 0.80, 1: 0.82, 2: 0.78})
+    row = runs({0: 0.81, 1: 0.84, 2: 0.79, 3: 0.83, 4: 0.80}, status={2: "diverged"})
+    result = pair(row, reference, "id_acc")
+    assert result["n"] == 2  # seeds 0 and 1; seed 2 of the row diverged
+    assert result["note"] == "seeds 3, 4 without a reference run; reference seeds 2 without a run"
+    lone = pair(runs({0: 0.9}), reference, "id_acc")
+    assert lone["n"] == 1 and "fewer than 2 pairs" in lone["note"] and format_difference(lone) == "+0.100 (n=1)"
+    assert pair(runs({5: 0.9}), reference, "id_acc")["n"] == 0 and format_difference(pair(runs({5: 0.9}), reference,
+                                                                                            "id_acc")) == "-"
+
+
+def test_each_row_may_be_compared_by_its_own_column():
+    row = runs({0: 0.9, 1: 0.8}).rename(columns={"id_acc": "auroc_eq35_distance_vs_mnist"})
+    reference = runs({0: 0.7, 1: 0.7}).rename(columns={"id_acc": "auroc_pred_entropy_vs_mnist"})
+    result = pair(row, reference, "auroc_eq35_distance_vs_mnist", "auroc_pred_entropy_vs_mnist")
+    assert result["mean"] == pytest.approx(0.15) and result["n"] == 2
