@@ -27,6 +27,7 @@ from bench.store import without_candidates  # noqa: E402
 # (column, title); AUROC_PRIMARY stands for each run's AUROC by its method's own score vs the first OOD set
 AUROC_PRIMARY = "auroc_primary"
 METRICS = [("id_acc", "ID accuracy"), ("id_nll_nats", "ID NLL (nats)"), ("id_ece", "ID ECE (15 bins)"),
+           ("augrc_one_minus_max_prob", "ID AUGRC\n(max probability)"),
            (AUROC_PRIMARY, "AUROC vs {set}\n(each method's score)"), ("param_abs_mean", "mean |θ| (kept weights)")]
 NOT_OPTIONS = {"run_id", "method", "label", "variant", "preset", "ood_split", "primary_score", "seed",
                *PROTOCOL_COLUMNS}

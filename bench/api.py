@@ -24,7 +24,7 @@ from bench.data import resolve_data_dir
 from bench.errors import BenchError, ConfigError
 from bench.executors import Executor, make_executor, run_grid, with_references
 from bench.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid, load_preset
-from bench.store import RunStore, config_columns, records_frame, summarize, without_candidates
+from bench.store import RunStore, config_columns, summarize, without_candidates
 from methods import load_entry_points, load_plugin
 
 RESULTS = "results"  # a preset's results go to results/<preset> unless out says otherwise
@@ -175,7 +175,7 @@ def _read(out: str | Path, candidates: bool = False) -> tuple[pd.DataFrame, list
     """(runs, config columns) of a results folder, from one scan of its records."""
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
-    runs = records_frame(records, store.candidates())
+    runs, _ = store.runs_table(records)
     return (runs if candidates else without_candidates(runs)), config_columns(records)
 
 

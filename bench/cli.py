@@ -105,6 +105,11 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
                      "OUT/records. Runs of different protocols get their own section and plots.")
     report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
     report.add_argument("--no-plots", action="store_true", help="write only the tables")
+    report.add_argument("--bootstrap", metavar="N", default="0",
+                        help="also a paired bootstrap over test samples of each seed's difference to the "
+                        "deep ensemble, N resamples (e.g. 1000), written to OUT/bootstrap.csv: the test-set "
+                        "noise of one seed's difference, beside the seed-to-seed t-interval")
+    report.add_argument("--bootstrap-seed", metavar="S", default="0", help="seed of the bootstrap's resamples")
 
     from bench.paper import available_tables
     paper = command("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
@@ -400,8 +405,27 @@ def open_results(out: str):
 
 
 def cmd_report(args) -> int:
-    report_folder(*open_results(args.out), plots=not args.no_plots)
+    n_boot, boot_seed = (_count(args.bootstrap, "--bootstrap", 0), _count(args.bootstrap_seed, "--bootstrap-seed", 0))
+    store, runs, keys = open_results(args.out)
+    report_folder(store, runs, keys, plots=not args.no_plots)
+    if n_boot:
+        from bench.report import write_bootstrap
+        table = write_bootstrap(store, runs, keys, n_boot, boot_seed)
+        real = int(table["real"].sum()) if len(table) else 0
+        print(f"paired bootstrap over test samples ({n_boot} resamples, seed {boot_seed}): {len(table)} "
+              f"seed-level differences, {real} with a 95 % interval that excludes 0; wrote {store.out / 'bootstrap.csv'}")
     return 0
+
+
+def _count(text: str, flag: str, least: int) -> int:
+    """An integer flag value >= least, or one line of error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise ConfigError(f"{flag} {text!r}: expected an integer >= {least}")
+    return value
 
 
 def cmd_paper_table(args) -> int:

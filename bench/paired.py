@@ -131,3 +131,68 @@ def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list
     for s in sets:
         yield (f"auroc_vs_{s}", ood_column("auroc", row["primary_score"].iloc[0], s),
                ood_column("auroc", reference["primary_score"].iloc[0], s))
+
+
+def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
+    """One PAIRED metric of a run on a resample of its cached test predictions (nan when the
+    cache lacks what it needs)."""
+    from bench.metrics import ECE_BINS, NLL_CLAMP, ood_metrics, score_key
+    from bench.selective import reliability_bins, selective_metrics
+    correct = (arrays["id_pred"] == arrays["id_label"])[id_idx]
+    if metric == "id_acc":
+        return float(correct.mean())
+    if metric == "id_nll_nats":
+        if "id_p_true" not in arrays:
+            return math.nan
+        return float(-np.log(np.clip(arrays["id_p_true"][id_idx].astype(np.float64), NLL_CLAMP, None)).mean())
+    if metric == "id_ece":
+        bins = reliability_bins(arrays["id_conf"][id_idx], correct, ECE_BINS)
+        with np.errstate(invalid="ignore"):
+            return float(np.nansum(bins["count"] / len(id_idx) * np.abs(bins["accuracy"] - bins["confidence"])))
+    if metric == "augrc_one_minus_max_prob":
+        return selective_metrics(-arrays[score_key("one_minus_max_prob")][id_idx].astype(np.float64),
+                                 (~correct).astype(np.float64))["augrc"]
+    if metric.startswith("auroc_vs_"):
+        ood_set = metric.removeprefix("auroc_vs_")
+        key = score_key(primary_score, ood_set)
+        if key not in arrays:
+            return math.nan
+        return ood_metrics(arrays[score_key(primary_score)][id_idx], arrays[key][ood_idx[ood_set]])["auroc"]
+    raise ValueError(f"no cached form of {metric}")
+
+
+def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, n_boot: int,
+                    seed: int = 0) -> pd.DataFrame:
+    """For each paired difference (row vs reference) and each seed both finished: the difference on
+    the whole test set and its paired bootstrap over test samples (the same resampled ID images, and
+    OOD images per set, for both runs; ``n_boot`` resamples from a generator seeded by ``seed``, the
+    pair and the seed), as the 2.5 and 97.5 percentiles. This is the test-set noise of one seed's
+    difference, beside the seed-to-seed noise of the t-interval."""
+    rows = []
+    for (variant, reference), frame in differences.groupby(["variant", "reference"], sort=False):
+        a_runs = runs[(runs["variant"] == variant) & (runs["status"] == "ok")].set_index("seed")
+        b_runs = runs[(runs["variant"] == reference) & (runs["status"] == "ok")].set_index("seed")
+        for s in sorted(set(a_runs.index) & set(b_runs.index)):
+            a, b = a_runs.loc[s], b_runs.loc[s]
+            arrays_a, arrays_b = load_arrays(a["run_id"]), load_arrays(b["run_id"])
+            n = len(arrays_a["id_label"])
+            sets = [m.removeprefix("auroc_vs_") for m in frame["metric"] if m.startswith("auroc_vs_")]
+            sizes = {o: len(arrays_a.get(f"ood_{o}_pred_entropy", [])) for o in sets}
+            rng = np.random.default_rng([seed, int(s), *map(ord, f"{variant}|{reference}")])
+            draws = [(rng.integers(0, n, n), {o: rng.integers(0, m, m) for o, m in sizes.items()})
+                     for _ in range(n_boot)]
+            whole = (np.arange(n), {o: np.arange(m) for o, m in sizes.items()})
+            for metric in frame["metric"]:
+                def diff(idx):
+                    return (_cached_metric(metric, arrays_a, a["primary_score"], *idx)
+                            - _cached_metric(metric, arrays_b, b["primary_score"], *idx))
+                observed = diff(whole)
+                boot = np.array([diff(d) for d in draws]) if not math.isnan(observed) else np.array([math.nan])
+                low, high = (np.percentile(boot, [2.5, 97.5]) if np.isfinite(boot).all() else (math.nan, math.nan))
+                rows.append({"variant": variant, "reference": reference, "seed": int(s), "metric": metric,
+                             "difference": observed, "low": float(low), "high": float(high),
+                             "real": bool(low > 0 or high < 0), "resamples": n_boot,
+                             "note": "" if not math.isnan(observed) else "not in the cached predictions "
+                             "(runs cached before dare-bench 0.3.0 have no id_p_true)"})
+    return pd.DataFrame(rows, columns=["variant", "reference", "seed", "metric", "difference", "low", "high",
+                                       "real", "resamples", "note"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -19,7 +20,8 @@ from bench.metrics import PRIMARY, ood_column, score_key, scored_sets, with_prim
 from bench.store import RunStore  # noqa: E402
 
 # every file plot_all writes matches one of these (a new report replaces them all)
-PLOT_FILES = ("comparison*.png", "ood_histograms*.png", "roc_curves*.png", "top_uncertain*.png")
+PLOT_FILES = ("comparison*.png", "ood_histograms*.png", "roc_curves*.png", "top_uncertain*.png", "reliability*.png",
+              "smooth_reliability*.png", "risk_coverage*.png", "forest*.png")
 SCORE_LABELS = {"pred_entropy": "predictive entropy (bits)", "mutual_info": "mutual information (bits)",
                 "one_minus_max_prob": "1 - max probability", "eq35_distance": "Eq. 35 distance"}
 
@@ -58,6 +60,11 @@ def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] |
     if sets:
         files += [_histograms(store.out / f"ood_histograms{tag}.png", title, runs, variants, colors, arrays, sets[0]),
                   _roc_curves(store.out / f"roc_curves{tag}.png", title, runs, variants, colors, arrays, sets[0])]
+    files.append(_reliability(store.out / f"reliability{tag}.png", title, runs, variants, colors, arrays))
+    if "augrc_one_minus_max_prob" in runs:
+        files.append(_risk_coverage(store.out / f"risk_coverage{tag}.png", title, runs, variants, colors, arrays))
+        files.append(_smooth_reliability(store.out / f"smooth_reliability{tag}.png", title, runs, variants, colors,
+                                         arrays))
     for variant in variants:
         first = runs[runs["variant"] == variant].sort_values("seed").iloc[0]
         files.append(_top_uncertain(store.out / f"top_uncertain{tag}_{_slug(variant)}.png", title, variant,
@@ -229,6 +236,7 @@ def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Pa
                 label=f"{textwrap.shorten(variant, 60)}: AUGRC {augrc.mean():.4f}")
         if len(curves) > 1:
             ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=colors[variant], alpha=0.12)
+    ax.set_yscale("symlog", linthresh=1e-3)  # MNIST-like risks span 0 to a few percent
     ax.set_xlabel("coverage (share of ID test samples accepted)")
     ax.set_ylabel("selective risk (error rate of the accepted)")
     ax.set_title(f"{title}\nrisk-coverage by the max mean probability: mean over seeds, band: min-max", fontsize=9)
@@ -245,26 +253,66 @@ def forest_plot(path: Path, title: str, differences: pd.DataFrame) -> Path | Non
     if differences.empty:
         return None
     metrics = list(dict.fromkeys(differences["metric"]))
-    titles = {c: t for c, t, _, _ in PAIRED}
+    titles = {c: (t, scale) for c, t, scale, _ in PAIRED}
+    lower_is_better = ("id_nll_nats", "id_ece", "augrc_one_minus_max_prob")
     rows = list(dict.fromkeys(differences["variant"]))
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics), 0.45 * len(rows) + 1.8), sharey=True,
                              squeeze=False)
     for ax, metric in zip(axes[0], metrics):
+        name = "auroc" if metric.startswith("auroc_vs_") else metric
+        panel, scale = titles.get(name, (metric, 1))
         sub = differences[differences["metric"] == metric].set_index("variant").reindex(rows)
         y = np.arange(len(rows))
-        real = sub["real"].fillna(False).astype(bool).to_numpy()
-        low, high = sub["low"].to_numpy(float), sub["high"].to_numpy(float)
+        real = sub["real"].astype("boolean").fillna(False).to_numpy(bool)
+        low, high = sub["low"].to_numpy(float) * scale, sub["high"].to_numpy(float) * scale
         ax.hlines(y, low, high, color=np.where(real, "crimson", "grey"), linewidth=1.6)
-        ax.plot(sub["mean"], y, "D", color="black", markersize=4)
+        ax.plot(sub["mean"].to_numpy(float) * scale, y, "D", color="black", markersize=4)
         ax.axvline(0, color="black", linewidth=0.8)
-        name = "auroc" if metric.startswith("auroc_vs_") else metric
-        ax.set_title(titles.get(name, metric).replace("{set}", metric.removeprefix("auroc_vs_")), fontsize=9)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+        better = "lower" if name in lower_is_better else "higher"
+        ax.set_title(panel.replace("{set}", metric.removeprefix("auroc_vs_"))
+                     + (" (points)" if scale == 100 else "") + f"\n{better} is better", fontsize=9)
     axes[0][0].set_yticks(range(len(rows)), [textwrap.fill(f"{v}\n− {r}", 52) for v, r in
                                              zip(rows, differences.groupby("variant", sort=False)["reference"].first())],
                           fontsize=6.5)
     axes[0][0].invert_yaxis()
     fig.suptitle(f"{title}\npaired difference to the deep ensemble, mean and 95 % t-interval over seeds "
                  "(red: excludes 0)", fontsize=9, y=1.02)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _smooth_reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+    """Per variant, relplot's smooth reliability diagram of the max mean probability (seeds pooled,
+    its bootstrap band seeded), beside the binned one; the title gives the smooth ECE per seed as
+    mean ± sd."""
+    import relplot
+    cols = min(len(variants), 4)
+    rows = -(-len(variants) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.4 * rows), squeeze=False)
+    state = np.random.get_state()
+    np.random.seed(0)  # relplot's bootstrap band draws from numpy's global generator
+    for i, variant in enumerate(variants):
+        ax = axes[i // cols][i % cols]
+        ids = runs.loc[runs["variant"] == variant, "run_id"]
+        f = np.concatenate([arrays[r]["id_conf"] for r in ids]).astype(np.float64)
+        y = np.concatenate([arrays[r]["id_pred"] == arrays[r]["id_label"] for r in ids]).astype(np.int64)
+        with warnings.catch_warnings():  # relplot's own pandas deprecation warnings
+            warnings.simplefilter("ignore")
+            diagram = relplot.prepare_rel_diagram(f, y, num_bootstrap=50, report_CE=False)
+            relplot.plot_rel_diagram(diagram, fig=fig, ax=ax, color=colors[variant], use_default_style=False,
+                                     plot_labels=False)
+        smece = runs.loc[runs["variant"] == variant, "smece_one_minus_max_prob"]
+        ax.set_title(f"{textwrap.fill(variant, 40)}\nsmECE {smece.mean():.3f} ± "
+                     f"{smece.std(ddof=1) if len(smece) > 1 else 0:.3f}", fontsize=8)
+        ax.set_xlabel("confidence (max mean probability)", fontsize=8)
+        ax.set_ylabel("accuracy" if i % cols == 0 else "", fontsize=8)
+    np.random.set_state(state)
+    for j in range(len(variants), rows * cols):
+        axes[j // cols][j % cols].axis("off")
+    fig.suptitle(f"{title}\nsmooth reliability diagrams (relplot; kernel-smoothed, no bins), seeds pooled; "
+                 "band: bootstrap", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path

@@ -19,7 +19,7 @@ from bench.store import RunStore, sorted_runs, summarize, without_candidates
 # (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
 HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
             ("auroc", "AUROC vs {set}", 1, 3), ("fpr95", "FPR@95 vs {set}", 1, 3),
-            ("train_seconds", "train s", 1, 1)]
+            ("augrc_one_minus_max_prob", "AUGRC", 1, 4), ("train_seconds", "train s", 1, 1)]
 PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
 
 
@@ -174,9 +174,12 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
         for pattern in PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
             for stale in store.out.glob(pattern):
                 stale.unlink()
-        for group in groups:
+        from bench.plots import forest_plot
+        for group, differences in zip(groups, paired):
             names = tuple(DATASET_CLASSES[group.runs["id_dataset"].iloc[0]].classes)
             files += plot_all(store, group.runs, names, group.label, group.tag)
+            forest = forest_plot(store.out / f"forest{group.tag}.png", group.label, differences)
+            files += [forest] if forest else []
     for path in files:
         echo(f"wrote {path}")
     return files
@@ -190,6 +193,21 @@ def paired_differences(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 NOT_OPTIONS = ("method", "label", "variant", "preset", "ood_split", "primary_score", "select")
+
+
+def write_bootstrap(store: RunStore, runs: pd.DataFrame, keys: list[str], n_boot: int, seed: int) -> pd.DataFrame:
+    """bootstrap.csv: per protocol, each paired difference's paired bootstrap over test samples,
+    seed by seed (bench.paired.bootstrap_table)."""
+    from bench.paired import bootstrap_table
+    parts = []
+    for group in protocol_groups(without_candidates(sorted_runs(runs))):
+        differences = paired_differences(group.runs, keys)
+        if not differences.empty:
+            parts.append(bootstrap_table(group.runs, differences, store.load_arrays, n_boot, seed)
+                         .assign(protocol=group.label))
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    table.to_csv(store.out / "bootstrap.csv", index=False)
+    return table
 
 
 def format_paired(differences: pd.DataFrame, sets: list[str]) -> str:

@@ -180,8 +180,10 @@ def _plot_arrays(p_id: np.ndarray, scores: dict, data: BenchData) -> dict[str, n
     arrays = {score_key(score): s_id.astype(np.float32) for score, (s_id, _) in scores.items()}
     arrays.update({score_key(score, ood_set): s.astype(np.float32)
                    for score, (_, per_set) in scores.items() for ood_set, s in per_set.items()})
+    labels = data.test.y.numpy()
     arrays.update(id_pred=mean_id.argmax(1).astype(np.int16), id_conf=mean_id.max(1).astype(np.float32),
-                  id_label=data.test.y.numpy().astype(np.int16), top_index=top,
+                  id_p_true=mean_id[np.arange(len(labels)), labels].astype(np.float32),  # NLL per sample
+                  id_label=labels.astype(np.int16), top_index=top,
                   top_images=data.test_images[top].numpy())
     return arrays
 

@@ -21,6 +21,7 @@ point with the smallest coverage >= c (ties cannot be split, so the point may co
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 COVERAGES = (0.8, 0.9, 0.95)  # the selective-risk-at-coverage columns
 
@@ -94,12 +95,24 @@ def run_selective(arrays: dict[str, np.ndarray]) -> list[dict]:
     from bench.metrics import score_key
     errors = (arrays["id_pred"] != arrays["id_label"]).astype(np.float64)
     scores = [key[len("id_"):] for key in arrays if key.startswith("id_") and key not in NOT_SCORES]
-    return [{"score": score, **selective_metrics(-arrays[score_key(score)].astype(np.float64), errors)}
+    rows = [{"score": score, **selective_metrics(-arrays[score_key(score)].astype(np.float64), errors)}
             for score in sorted(scores)]
+    for row in rows:  # the one confidence that is a probability: its smooth ECE
+        row["smece"] = smooth_ece(arrays["id_conf"], 1 - errors) if row["score"] == MAX_PROB else np.nan
+    return rows
 
 
-NOT_SCORES = ("id_pred", "id_label", "id_conf")  # the other id_ arrays are per-sample OOD scores
-METRICS = ("aurc", "eaurc", "augrc", *(risk_at_name(c) for c in COVERAGES))
+def smooth_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """The smooth ECE of a confidence in [0, 1] against correctness (relplot, Błasiok & Nakkiran
+    2023, "Smooth ECE: principled reliability diagrams via kernel smoothing"): no bins; the
+    kernel's bandwidth is chosen by the data."""
+    import relplot
+    return float(relplot.smECE(np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.int64)))
+
+
+MAX_PROB = "one_minus_max_prob"  # the score whose negative ranks like the max mean probability
+NOT_SCORES = ("id_pred", "id_label", "id_conf", "id_p_true")  # the other id_ arrays are per-sample OOD scores
+METRICS = ("aurc", "eaurc", "augrc", *(risk_at_name(c) for c in COVERAGES), "smece")
 
 
 def selective_column(metric: str, score: str) -> str:
@@ -107,10 +120,9 @@ def selective_column(metric: str, score: str) -> str:
     return f"{metric}_{score}"
 
 
-def selective_table(runs, load_arrays) -> "pd.DataFrame":
+def selective_table(runs, load_arrays) -> pd.DataFrame:
     """The selective-prediction metrics of every finished run, from its cached arrays, in long
     form: run_id, method, variant, seed, score and one column per metric."""
-    import pandas as pd
     rows = []
     for _, run in runs.iterrows():
         if run.get("status") != "ok":
@@ -125,7 +137,7 @@ def selective_table(runs, load_arrays) -> "pd.DataFrame":
     return pd.DataFrame(rows, columns=["run_id", "method", "variant", "seed", "score", *METRICS])
 
 
-def with_selective(runs, table) -> "pd.DataFrame":
+def with_selective(runs, table) -> pd.DataFrame:
     """The runs with one column per (metric, score) of the long selective table."""
     if table.empty:
         return runs

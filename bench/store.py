@@ -174,17 +174,23 @@ class RunStore:
                 out.setdefault(run_id, []).append(manifest.get("selection", path.stem))
         return out
 
+    def runs_table(self, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(one row per record with the selective-prediction columns, the selective table in long
+        form): the selective metrics come from each run's cached predictions, not the record, so
+        every stored run has them without retraining (bench.selective)."""
+        from bench.selective import selective_table, with_selective
+        runs = records_frame(records, self.candidates())
+        selective = selective_table(runs, self.load_arrays)
+        return with_selective(runs, selective), selective
+
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
         """runs.csv, summary.csv, ood.csv (the OOD metrics in long form) and selective.csv (the
         selective-prediction metrics from each run's cached predictions) from every record.
         Returns (runs, summary, config columns, problems)."""
         from bench.metrics import ood_table
-        from bench.selective import selective_table, with_selective
         self.ensure()
         records, problems = self.scan()
-        runs = records_frame(records, self.candidates())
-        selective = selective_table(runs, self.load_arrays)  # from the cached predictions: no retraining
-        runs = with_selective(runs, selective)
+        runs, selective = self.runs_table(records)
         keys = config_columns(records)
         summary = summarize(runs, keys)
         runs.to_csv(self.out / "runs.csv", index=False)
@@ -267,4 +273,4 @@ def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         stats = grouped[metrics].agg(["mean", "std", "count"])
         stats.columns = [f"{m}_{'n' if stat == 'count' else stat}" for m, stat in stats.columns]
         out = out.join(stats)
-    return out.reset_index()
+    return out.copy().reset_index()  # copy: one block, not the many the columns above were added as

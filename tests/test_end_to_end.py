@@ -32,9 +32,20 @@ def test_cli_run_writes_records_tables_and_plots(tiny_data, tmp_path, capsys):
     assert abs(dare["auroc_pred_entropy_vs_fashion_mnist_std"] - seeds.std(ddof=1)) < 1e-12
     assert "tau_mean" in summary and "seed_mean" not in summary  # per-seed values are statistics, not groups
 
-    for name in ("comparison.png", "ood_histograms.png", "roc_curves.png", "summary.md",
+    for name in ("comparison.png", "ood_histograms.png", "roc_curves.png", "summary.md", "reliability.png",
+                 "smooth_reliability.png", "risk_coverage.png", "forest.png", "selective.csv", "paired.csv",
                  "top_uncertain_dare_checkpoint_none_members_2_loss_ce_threshold_0_3.png"):
         assert (out / name).stat().st_size > 0, name
+    # selective prediction from the cached predictions, and the paired differences to the deep ensemble
+    selective = pd.read_csv(out / "selective.csv")
+    assert set(selective["score"]) == {"one_minus_max_prob", "pred_entropy", "mutual_info"}
+    assert len(selective) == 3 * 6 and (selective["augrc"] <= selective["aurc"] + 1e-12).all()
+    assert runs["augrc_one_minus_max_prob"].notna().all() and runs["smece_one_minus_max_prob"].notna().all()
+    paired = pd.read_csv(out / "paired.csv")
+    assert set(paired["reference"]) == {"deep_ensemble(checkpoint=none, members=2, loss=ce)"}
+    assert set(paired["metric"]) == {"id_acc", "id_nll_nats", "id_ece", "auroc_vs_fashion_mnist",
+                                     "augrc_one_minus_max_prob"} and set(paired["n"]) == {2}
+    assert "Paired differences to the deep ensemble" in (out / "summary.md").read_text()
     assert "AUROC vs fashion_mnist" in capsys.readouterr().out
 
     # the same command again finds every run finished and trains nothing; --force redoes them

@@ -50,3 +50,26 @@ def test_each_row_may_be_compared_by_its_own_column():
     reference = runs({0: 0.7, 1: 0.7}).rename(columns={"id_acc": "auroc_pred_entropy_vs_mnist"})
     result = pair(row, reference, "auroc_eq35_distance_vs_mnist", "auroc_pred_entropy_vs_mnist")
     assert result["mean"] == pytest.approx(0.15) and result["n"] == 2
+
+
+def test_report_bootstrap_pairs_test_samples_seed_by_seed(tiny_data, tmp_path, capsys):
+    from bench.cli import main
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "deep_ensemble", "dare",
+                 "--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "-o", "members=2", "--no-download",
+                 "--no-plots", "-q"]) == 0
+    assert main(["report", "--out", str(out), "--no-plots", "--bootstrap", "30"]) == 0
+    assert "paired bootstrap over test samples (30 resamples, seed 0)" in capsys.readouterr().out
+    table = pd.read_csv(out / "bootstrap.csv")
+    runs = pd.read_csv(out / "runs.csv").set_index(["method", "seed"])
+    assert sorted(set(table["seed"])) == [0, 1] and set(table["resamples"]) == {30}
+    for _, row in table.iterrows():  # the difference on the whole test set is the runs' difference
+        column = {"auroc_vs_fashion_mnist": "auroc_pred_entropy_vs_fashion_mnist"}.get(row["metric"], row["metric"])
+        expected = runs.loc[("dare", row["seed"]), column] - runs.loc[("deep_ensemble", row["seed"]), column]
+        assert row["difference"] == pytest.approx(expected, abs=1e-4), row["metric"]  # the cache holds float32
+        assert row["low"] <= row["high"]
+    first = (out / "bootstrap.csv").read_bytes()
+    assert main(["report", "--out", str(out), "--no-plots", "--bootstrap", "30"]) == 0
+    assert (out / "bootstrap.csv").read_bytes() == first  # seeded: the same resamples
+    assert main(["report", "--out", str(out), "--bootstrap", "-3"]) == 2
+    assert "--bootstrap '-3': expected an integer >= 0" in capsys.readouterr().err
