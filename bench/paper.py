@@ -46,8 +46,15 @@ def _quantities(summary: pd.DataFrame, published: pd.DataFrame) -> list[tuple[st
     return [(ACCURACY, None)] + [(f"AUROC vs {s}", s) for s in dict.fromkeys(sets)]
 
 
-def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution: str) -> pd.DataFrame:
-    """Tidy comparison: one row per (config, quantity). Percent units throughout."""
+REFERENCE_LABELS = ("DE (NLL)", "DE (MSE)")  # the rows the paper compares against: paired differences to each
+
+
+def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution: str,
+                runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Tidy comparison: one row per (config, quantity). Percent units throughout. With ``runs`` (the
+    runs behind the summary), each row also gets its paired difference to the DE (NLL) and DE (MSE)
+    rows of its protocol over the seeds both finished (bench.paired): ``vs_de_nll_mean``, ``_low``,
+    ``_high``, ``_n``, ``_real`` and the same for ``vs_de_mse``."""
     published = published[published["in_distribution"] == in_distribution]
     if summary.empty or "id_dataset" not in summary:
         return pd.DataFrame()
@@ -81,6 +88,7 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
             p_std = float(paper["std"].iloc[0]) if len(paper) else math.nan
             h_mean, h_std = 100 * float(mean), 100 * float(std)
             n = row.get(f"{column}_n", row["n"])
+            paired = _paired(row, runs, summary, protocol, column) if runs is not None else {}
             rows.append({
                 "config": config, "label": row["label"], "variant": name, "selected": selected,
                 "preset": row.get("preset", ""),
@@ -91,8 +99,41 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
                 "diff": h_mean - p_mean,
                 "diff_in_paper_std": (h_mean - p_mean) / p_std if p_std and p_std == p_std else math.nan,
                 "source": paper["source"].iloc[0] if len(paper) else "",
+                **paired,
             })
     return pd.DataFrame(rows)
+
+
+def _text(value) -> str:
+    """A protocol value as text, a missing one (NaN, None) as 'none'."""
+    return "none" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol: list[str], column: str) -> dict:
+    """The row's paired differences (percent) to each REFERENCE_LABELS row of its protocol."""
+    from bench.paired import pair
+
+    def runs_of(r: pd.Series) -> pd.DataFrame:
+        same = (runs["variant"] == r["variant"]) & (runs["id_dataset"] == r["id_dataset"])
+        for c in protocol:
+            same &= runs[c].map(_text) == _text(r[c])
+        return runs[same]
+
+    out = {}
+    for label in REFERENCE_LABELS:
+        key = "vs_" + label.lower().replace("de (", "de_").rstrip(")")
+        same_protocol = summary["label"] == label
+        for c in protocol:
+            same_protocol &= summary[c].map(_text) == _text(row[c])
+        references = summary[same_protocol]
+        if references.empty or references.iloc[0]["variant"] == row["variant"]:
+            continue
+        reference = references.iloc[0]
+        their = column if column == "id_acc" else column.replace(row["primary_score"], reference["primary_score"], 1)
+        result = pair(runs_of(row), runs_of(reference), column, their)
+        out.update({f"{key}_mean": 100 * result["mean"], f"{key}_low": 100 * result["low"],
+                    f"{key}_high": 100 * result["high"], f"{key}_n": result["n"], f"{key}_real": result["real"]})
+    return out
 
 
 def _unique_mode(values: pd.Series) -> str | None:
@@ -114,6 +155,16 @@ def _cell(mean: float, std: float, n) -> str:
     return f"{mean:.1f}{spread}" + (f" ({n})" if n else "")
 
 
+def _paired_cell(r: pd.Series, key: str) -> str:
+    """'+1.2 [+0.4, +2.0] *' (percent points; * when the 95 % interval excludes 0), '-' without a pair."""
+    from bench.paired import format_difference
+    mean = r.get(f"{key}_mean", math.nan)
+    if mean != mean:
+        return "-"
+    return format_difference({"n": r[f"{key}_n"], "mean": mean, "low": r[f"{key}_low"], "high": r[f"{key}_high"],
+                              "real": bool(r[f"{key}_real"])}, 1, 1)
+
+
 def format_markdown(table: pd.DataFrame) -> str:
     """Wide Markdown: a row per config; per quantity the harness, the paper and the difference."""
     if table.empty:
@@ -121,8 +172,10 @@ def format_markdown(table: pd.DataFrame) -> str:
     quantities = list(dict.fromkeys(table["quantity"]))
     chosen = "selected" in table and table["selected"].fillna("").astype(bool).any()
     header = ["method", "variant", "score"]
+    paired = [k for k in ("vs_de_nll", "vs_de_mse") if f"{k}_mean" in table]
     for q in quantities:
         header += [f"{q}: harness", f"{q}: paper", f"{q}: Δ / paper sd"]
+        header += [f"{q}: paired Δ vs DE (NLL); vs DE (MSE)"] if paired else []
     header += ["selected on validation (by seed)"] if chosen else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (label, variant), group in table.groupby(["label", "variant"], sort=False):
@@ -134,6 +187,7 @@ def format_markdown(table: pd.DataFrame) -> str:
             cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"]),
                       _cell(r["paper_mean"], r["paper_std"], None),
                       "-" if r["diff_in_paper_std"] != r["diff_in_paper_std"] else f"{r['diff_in_paper_std']:+.1f}"]
+            cells += ["; ".join(_paired_cell(r, k) for k in ("vs_de_nll", "vs_de_mse"))] if paired else []
         cells += [group["selected"].iloc[0] or "-"] if chosen else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -191,8 +245,8 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
 
 
 def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
-                      in_distribution: str | None = None, skipped: list[str] | None = None
-                      ) -> tuple[pd.DataFrame, list[Path]]:
+                      in_distribution: str | None = None, skipped: list[str] | None = None,
+                      runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[Path]]:
     """paper_table.csv, paper_table.md and paper_table.png in ``out``. Returns (table, files written)."""
     published = load_published(published_name)
     if in_distribution is None:
@@ -204,11 +258,15 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     if in_distribution not in set(summary.get("id_dataset", [])):
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
-    table = paper_table(summary, published, in_distribution)
+    table = paper_table(summary, published, in_distribution, runs)
     table.to_csv(out / "paper_table.csv", index=False)
     notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
              f"paper: {', '.join(sorted(set(published['source'])))} (mean ± sd, n = 5). "
              "Δ / paper sd = (harness mean − paper mean) / paper sd. AUROC uses each row's score column."]
+    if runs is not None:
+        notes.append("Paired Δ: the row minus DE (NLL), then minus DE (MSE), of the same protocol, seed by seed over "
+                     "the seeds both finished, in points: mean [95 % t-interval]; * where the interval excludes 0 "
+                     "(docs/evaluation.md). AUROC: each row by its own score.")
     notes += [f"Skipped OOD set: {s}" for s in skipped or []]
     (out / "paper_table.md").write_text(format_markdown(table) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     files = [out / "paper_table.csv", out / "paper_table.md"]

@@ -247,6 +247,6 @@ def skipped_sets(runs: pd.DataFrame) -> list[str]:
 def paper_table(store, runs, summary, published: str, in_distribution: str | None = None, echo=print) -> list:
     """Write and print the runs beside a published table (see bench.paper)."""
     from bench.paper import format_markdown, write_paper_table
-    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs))
+    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
     echo(format_markdown(table))
     return files

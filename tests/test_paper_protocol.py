@@ -418,3 +418,28 @@ def test_each_skipped_ood_set_gets_one_note_in_the_paper_table():
                                          np.nan, "", "svhn: y not found; cifar10_gray28: x not found"]})
     assert skipped_sets(runs) == ["cifar10_gray28: x not found and download failed", "svhn: y not found"]
     assert skipped_sets(pd.DataFrame({"id_acc": [0.9]})) == []
+
+
+def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed():
+    from bench.store import summarize
+    rows = []
+    for label, variant, score, accs, aurocs in [
+            ("DE (NLL)", "de_ce", "pred_entropy", [0.89, 0.90, 0.88], [0.88, 0.87, 0.89]),
+            ("DE (MSE)", "de_mse", "eq35_distance", [0.88, 0.89, 0.87], [0.96, 0.95, 0.97]),
+            ("DARE", "dare", "eq35_distance", [0.87, 0.88, 0.86], [0.961, 0.952, 0.975])]:
+        for seed, (acc, auroc) in enumerate(zip(accs, aurocs)):
+            rows.append({"label": label, "variant": variant, "method": variant, "id_dataset": "fashion_mnist",
+                         "ood_sets": "mnist", "primary_score": score, "seed": seed, "status": "ok",
+                         "epochs": 50, "early_stop_acc": None, "id_acc": acc, f"auroc_{score}_vs_mnist": auroc})
+    runs = pd.DataFrame(rows)
+    summary = summarize(runs, ["label", "variant", "method", "id_dataset", "ood_sets", "primary_score", "epochs",
+                               "early_stop_acc"])
+    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist", runs).set_index(["label", "quantity"])
+    acc = table.loc[("DARE", "ID accuracy")]
+    # DARE is one point below DE (NLL) and DE (MSE) at every seed: the interval collapses onto -1
+    assert (acc["vs_de_nll_mean"], acc["vs_de_nll_n"], acc["vs_de_mse_mean"]) == pytest.approx((-2.0, 3, -1.0))
+    assert acc["vs_de_mse_real"] and acc["vs_de_mse_low"] == pytest.approx(-1.0)
+    auroc = table.loc[("DARE", "AUROC vs mnist")]  # each by its own score: DARE's Eq. 35 vs DE (NLL)'s entropy
+    assert auroc["vs_de_nll_mean"] == pytest.approx(100 * (0.962667 - 0.88), abs=1e-3)
+    assert auroc["vs_de_mse_mean"] == pytest.approx(100 * 0.008 / 3, abs=1e-6) and not auroc["vs_de_mse_real"]
+    assert math.isnan(table.loc[("DE (NLL)", "ID accuracy")].get("vs_de_nll_mean", math.nan))  # not with itself
