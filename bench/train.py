@@ -11,7 +11,6 @@ weights are restored at the end.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
@@ -27,6 +26,15 @@ from bench.seeding import member_generator
 from methods.base import Batch, Method
 
 POSTFIX_EVERY = 20  # steps between progress-bar updates (each costs a host sync)
+
+# Subnormal floats are flushed to zero on the CPU, for every process that imports the training loop.
+# Adam's moments of a weight whose gradient is always 0 (a pixel that is 0 in every image, a dead
+# unit) decay into the subnormal range below 1.2e-38, where x86 arithmetic is about 15x slower
+# (measured: fused Adam on 25 paper-MLP networks, 1.3 ms a step with normal moments, 19 ms with
+# subnormal ones), which made Adam half of a paper-protocol pack's time. The flag is per thread and
+# torch's worker threads copy it when they are created, so it is set here, at import, before any
+# parallel work starts the thread pool. Flushing changes only values below 1.2e-38.
+torch.set_flush_denormal(True)
 
 
 class Diverged(Exception):
@@ -385,31 +393,8 @@ def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features:
     return StackedMLP.stack(models), packed.stack_states(states)
 
 
-@contextlib.contextmanager
-def flushed_denormals(device: torch.device):
-    """Subnormal floats flushed to zero while training on the CPU. Adam's moments of a weight whose
-    gradient is always 0 (a pixel that is 0 in every image, a dead unit) decay into the subnormal
-    range below 1.2e-38, where x86 arithmetic is about 15x slower (measured: fused Adam on 25
-    paper-MLP networks, 1.3 ms a step with normal moments, 19 ms once they are subnormal); on the
-    paper protocol that made Adam half of a pack's time. Flushing changes only values below 1.2e-38."""
-    if device.type != "cpu":
-        yield
-        return
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
-
-
 def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
                    device: torch.device, progress: bool, label: str) -> list[TrainResult | Diverged]:
-    with flushed_denormals(device):
-        return _train_members_flushed(runs, packed, protocol, data, n_classes, device, progress, label)
-
-
-def _train_members_flushed(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
-                           device: torch.device, progress: bool, label: str) -> list[TrainResult | Diverged]:
     if packed.joint and len({len(run.member_ids) for run in runs}) > 1:
         raise ValueError("the joint runs of a pack need equal member counts")
     val = data.val
