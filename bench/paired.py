@@ -45,8 +45,8 @@ def pair(row: pd.DataFrame, reference: pd.DataFrame, metric: str, reference_metr
     mean, low, high = t_interval(d)
     only_a, only_b = sorted(set(a.index) - set(b.index)), sorted(set(b.index) - set(a.index))
     note = "; ".join(part for part in (
-        f"seeds {_list(only_a)} without a reference run" if only_a else "",
-        f"reference seeds {_list(only_b)} without a run" if only_b else "",
+        f"seeds {_list(only_a)} without a finished reference run with this value" if only_a else "",
+        f"reference seeds {_list(only_b)} without a finished run with this value" if only_b else "",
         "fewer than 2 pairs: no interval" if len(seeds) < 2 else "") if part)
     return {"n": len(seeds), "mean": mean, "low": low, "high": high,
             "real": bool(len(seeds) >= 2 and (low > 0 or high < 0)), "note": note}
@@ -172,9 +172,20 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
     for (variant, reference), frame in differences.groupby(["variant", "reference"], sort=False):
         a_runs = runs[(runs["variant"] == variant) & (runs["status"] == "ok")].set_index("seed")
         b_runs = runs[(runs["variant"] == reference) & (runs["status"] == "ok")].set_index("seed")
+        a_runs = a_runs[~a_runs.index.duplicated(keep="first")]
+        b_runs = b_runs[~b_runs.index.duplicated(keep="first")]
+        for s in sorted(set(a_runs.index) ^ set(b_runs.index)):  # said, not silently dropped
+            rows.append({"variant": variant, "reference": reference, "seed": int(s), "metric": "",
+                         "resamples": n_boot, "real": False,
+                         "note": "no finished run of the " + ("reference" if s in a_runs.index else "row")})
         for s in sorted(set(a_runs.index) & set(b_runs.index)):
             a, b = a_runs.loc[s], b_runs.loc[s]
-            arrays_a, arrays_b = load_arrays(a["run_id"]), load_arrays(b["run_id"])
+            try:
+                arrays_a, arrays_b = load_arrays(a["run_id"]), load_arrays(b["run_id"])
+            except (FileNotFoundError, OSError, ValueError) as exc:
+                rows.append({"variant": variant, "reference": reference, "seed": int(s), "metric": "",
+                             "resamples": n_boot, "real": False, "note": f"no cached predictions: {exc}"})
+                continue
             n = len(arrays_a["id_label"])
             sets = [m.removeprefix("auroc_vs_") for m in frame["metric"] if m.startswith("auroc_vs_")]
             sizes = {o: len(arrays_a.get(f"ood_{o}_pred_entropy", [])) for o in sets}
@@ -189,10 +200,11 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
                 observed = diff(whole)
                 boot = np.array([diff(d) for d in draws]) if not math.isnan(observed) else np.array([math.nan])
                 low, high = (np.percentile(boot, [2.5, 97.5]) if np.isfinite(boot).all() else (math.nan, math.nan))
+                missing = ("no id_p_true in the cached predictions (cached before dare-bench 0.3.0)"
+                           if metric == "id_nll_nats" else "a score this metric needs is not in the cached predictions")
                 rows.append({"variant": variant, "reference": reference, "seed": int(s), "metric": metric,
                              "difference": observed, "low": float(low), "high": float(high),
                              "real": bool(low > 0 or high < 0), "resamples": n_boot,
-                             "note": "" if not math.isnan(observed) else "not in the cached predictions "
-                             "(runs cached before dare-bench 0.3.0 have no id_p_true)"})
+                             "note": "" if not math.isnan(observed) else missing})
     return pd.DataFrame(rows, columns=["variant", "reference", "seed", "metric", "difference", "low", "high",
                                        "real", "resamples", "note"])

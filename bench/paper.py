@@ -132,7 +132,8 @@ def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol:
         their = column if column == "id_acc" else column.replace(row["primary_score"], reference["primary_score"], 1)
         result = pair(runs_of(row), runs_of(reference), column, their)
         out.update({f"{key}_mean": 100 * result["mean"], f"{key}_low": 100 * result["low"],
-                    f"{key}_high": 100 * result["high"], f"{key}_n": result["n"], f"{key}_real": result["real"]})
+                    f"{key}_high": 100 * result["high"], f"{key}_n": result["n"], f"{key}_real": result["real"],
+                    f"{key}_note": result["note"]})
     return out
 
 
@@ -161,8 +162,10 @@ def _paired_cell(r: pd.Series, key: str) -> str:
     mean = r.get(f"{key}_mean", math.nan)
     if mean != mean:
         return "-"
-    return format_difference({"n": r[f"{key}_n"], "mean": mean, "low": r[f"{key}_low"], "high": r[f"{key}_high"],
+    cell = format_difference({"n": r[f"{key}_n"], "mean": mean, "low": r[f"{key}_low"], "high": r[f"{key}_high"],
                               "real": bool(r[f"{key}_real"])}, 1, 1)
+    fewer = r[f"{key}_n"] < r["harness_n"] and not cell.endswith(")")  # fewer pairs than the row's seeds: say so
+    return cell + (f" (n={int(r[f'{key}_n'])})" if fewer else "")
 
 
 def format_markdown(table: pd.DataFrame) -> str:
@@ -263,6 +266,12 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
              f"paper: {', '.join(sorted(set(published['source'])))} (mean ± sd, n = 5). "
              "Δ / paper sd = (harness mean − paper mean) / paper sd. AUROC uses each row's score column."]
+    for key, name in (("vs_de_nll", "DE (NLL)"), ("vs_de_mse", "DE (MSE)")):
+        for (label, variant, quantity), note in (table.set_index(["label", "variant", "quantity"]).get(f"{key}_note",
+                                                                                                   pd.Series(dtype=str))
+                                                 .dropna().items()):
+            if note:
+                notes.append(f"{label} `{variant}`, {quantity}, paired with {name}: {note}")
     if runs is not None:
         notes.append("Paired Δ: the row minus DE (NLL), then minus DE (MSE), of the same protocol, seed by seed over "
                      "the seeds both finished, in points: mean [95 % t-interval]; * where the interval excludes 0 "

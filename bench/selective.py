@@ -95,8 +95,13 @@ def run_selective(arrays: dict[str, np.ndarray]) -> list[dict]:
     from bench.metrics import score_key
     errors = (arrays["id_pred"] != arrays["id_label"]).astype(np.float64)
     scores = [key[len("id_"):] for key in arrays if key.startswith("id_") and key not in NOT_SCORES]
-    rows = [{"score": score, **selective_metrics(-arrays[score_key(score)].astype(np.float64), errors)}
-            for score in sorted(scores)]
+    rows = []
+    for score in sorted(scores):
+        confidence = -arrays[score_key(score)].astype(np.float64)
+        if not np.isfinite(confidence).all():  # e.g. a float64 score beyond float32's range in the cache
+            rows.append({"score": score, **{m: np.nan for m in METRICS}})
+            continue
+        rows.append({"score": score, **selective_metrics(confidence, errors)})
     for row in rows:  # the one confidence that is a probability: its smooth ECE
         row["smece"] = smooth_ece(arrays["id_conf"], 1 - errors) if row["score"] == MAX_PROB else np.nan
     return rows

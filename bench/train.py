@@ -33,7 +33,11 @@ POSTFIX_EVERY = 20  # steps between progress-bar updates (each costs a host sync
 # (measured: fused Adam on 25 paper-MLP networks, 1.3 ms a step with normal moments, 19 ms with
 # subnormal ones), which made Adam half of a paper-protocol pack's time. The flag is per thread and
 # torch's worker threads copy it when they are created, so it is set here, at import, before any
-# parallel work starts the thread pool. Flushing changes only values below 1.2e-38.
+# parallel work starts the thread pool (a process that ran torch's parallel work before importing
+# bench flushes on its main thread only). Flushing treats numbers below 1.2e-38 as 0 wherever they
+# enter a computation, so a result differs only where such a number would have contributed to it:
+# an Adam update of that size is far below a weight's float32 resolution. Records made before
+# dare-bench 0.3.0 were trained without it.
 torch.set_flush_denormal(True)
 
 

@@ -339,3 +339,35 @@ def test_kill_9_mid_pack_loses_only_that_pack_and_the_same_command_resumes(tiny_
     after = {p.name: p.read_bytes() for p in (out / "records").glob("*.json")}
     assert len(after) == 4 and all(after[name] == body for name, body in records.items())  # kept as they were
     assert sorted(json.loads(b)["method"] for b in after.values()) == ["deep_ensemble"] * 2 + ["slow"] * 2
+
+
+from methods.negcorr import NegCorr  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class PoisonedNegCorr(NegCorr):
+    """NegCorr whose members go non-finite from the step ``poison`` on (0: never)."""
+    name = "poisoned_negcorr"
+    summary = "goes non-finite on purpose"
+    packable = True
+    pack_options = ("lam", "poison")
+    poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+
+    def penalty(self, model, task_loss, batch):
+        steps = getattr(PoisonedNegCorr, "_steps", 0) + 1
+        PoisonedNegCorr._steps = steps
+        broken = (torch.as_tensor(self.poison) > 0) & (torch.as_tensor(self.poison) <= steps)
+        scale = torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
+        return super().penalty(model, task_loss, batch) + model.weights[0].flatten(1).sum(1) * scale
+
+
+def test_a_joint_run_that_goes_non_finite_leaves_the_other_runs_of_its_pack_untouched():
+    # three joint runs on one split (a selection's candidates of one seed): the middle one breaks
+    runs = [PoisonedNegCorr(members=2, lam=0.1, checkpoint="best"),
+            PoisonedNegCorr(members=2, lam=0.5, poison=5, checkpoint="best"),
+            PoisonedNegCorr(members=2, lam=1.0, checkpoint="best")]
+    PoisonedNegCorr._steps = 0
+    packed = train_pack([(m, 0) for m in runs], packed_method(runs), PROTOCOL, TRAIN, 32, progress=False, val=VAL)
+    assert isinstance(packed[1], Diverged)
+    for method, result in [(runs[0], packed[0]), (runs[2], packed[2])]:
+        assert_same(alone(method, 0), result)

@@ -38,7 +38,8 @@ def test_unpaired_seeds_are_reported_not_silently_dropped():
     row = runs({0: 0.81, 1: 0.84, 2: 0.79, 3: 0.83, 4: 0.80}, status={2: "diverged"})
     result = pair(row, reference, "id_acc")
     assert result["n"] == 2  # seeds 0 and 1; seed 2 of the row diverged
-    assert result["note"] == "seeds 3, 4 without a reference run; reference seeds 2 without a run"
+    assert result["note"] == ("seeds 3, 4 without a finished reference run with this value; "
+                              "reference seeds 2 without a finished run with this value")
     lone = pair(runs({0: 0.9}), reference, "id_acc")
     assert lone["n"] == 1 and "fewer than 2 pairs" in lone["note"] and format_difference(lone) == "+0.100 (n=1)"
     assert pair(runs({5: 0.9}), reference, "id_acc")["n"] == 0 and format_difference(pair(runs({5: 0.9}), reference,
@@ -73,3 +74,32 @@ def test_report_bootstrap_pairs_test_samples_seed_by_seed(tiny_data, tmp_path, c
     assert (out / "bootstrap.csv").read_bytes() == first  # seeded: the same resamples
     assert main(["report", "--out", str(out), "--bootstrap", "-3"]) == 2
     assert "--bootstrap '-3': expected an integer >= 0" in capsys.readouterr().err
+
+
+def test_the_bootstrap_resamples_the_same_test_samples_for_both_runs():
+    from bench.paired import bootstrap_table
+    rng = np.random.default_rng(1)
+    n = 200
+    label = rng.integers(0, 3, n)
+    base = {"id_label": label, "id_pred": np.where(rng.random(n) < 0.8, label, (label + 1) % 3),
+            "id_conf": rng.random(n).astype(np.float32), "id_p_true": rng.random(n).astype(np.float32),
+            "id_one_minus_max_prob": rng.random(n).astype(np.float32),
+            "id_pred_entropy": rng.random(n).astype(np.float32), "ood_x_pred_entropy": rng.random(50).astype(np.float32)}
+    shifted = {**base, "id_p_true": base["id_p_true"] * 0.5, "ood_x_pred_entropy": base["ood_x_pred_entropy"] + 1}
+    arrays = {"a0": base, "r0": base, "b0": shifted}
+    runs = pd.DataFrame([{"variant": v, "run_id": f"{r}0", "seed": 0, "status": "ok", "primary_score": "pred_entropy"}
+                         for v, r in (("same", "a"), ("ref", "r"), ("shifted", "b"))]
+                        + [{"variant": "same", "run_id": "missing", "seed": 1, "status": "ok",
+                            "primary_score": "pred_entropy"}])
+    metrics = ["id_acc", "id_nll_nats", "id_ece", "augrc_one_minus_max_prob", "auroc_vs_x"]
+    differences = pd.DataFrame([{"variant": v, "reference": "ref", "metric": m} for v in ("same", "shifted")
+                                for m in metrics])
+    table = bootstrap_table(runs, differences, arrays.__getitem__, 40).set_index(["variant", "metric"])
+    same = table.loc["same"].drop(index="")
+    # identical predictions resampled with the same indices: every resampled difference is exactly 0
+    assert (same["difference"] == 0).all() and (same["low"] == 0).all() and (same["high"] == 0).all()
+    assert table.loc[("same", ""), "note"] == "no finished run of the reference"  # seed 1: said, not dropped
+    shifted_ = table.loc["shifted"]
+    # halving every p_true adds ln 2 to each sample's NLL, whichever samples are drawn
+    assert shifted_.loc["id_nll_nats", "low"] == pytest.approx(np.log(2)) == shifted_.loc["id_nll_nats", "high"]
+    assert shifted_.loc["auroc_vs_x", "real"] and shifted_.loc["id_acc", "difference"] == 0

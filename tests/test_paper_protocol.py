@@ -420,7 +420,7 @@ def test_each_skipped_ood_set_gets_one_note_in_the_paper_table():
     assert skipped_sets(pd.DataFrame({"id_acc": [0.9]})) == []
 
 
-def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed():
+def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed(tmp_path):
     from bench.store import summarize
     rows = []
     for label, variant, score, accs, aurocs in [
@@ -443,3 +443,12 @@ def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed():
     assert auroc["vs_de_nll_mean"] == pytest.approx(100 * (0.962667 - 0.88), abs=1e-3)
     assert auroc["vs_de_mse_mean"] == pytest.approx(100 * 0.008 / 3, abs=1e-6) and not auroc["vs_de_mse_real"]
     assert math.isnan(table.loc[("DE (NLL)", "ID accuracy")].get("vs_de_nll_mean", math.nan))  # not with itself
+    # a reference seed that did not finish: fewer pairs, said in the cell and in a note under the table
+    from bench.paper import format_markdown, write_paper_table
+    runs.loc[(runs["label"] == "DE (MSE)") & (runs["seed"] == 2), "status"] = "diverged"
+    short, _ = write_paper_table(summary, tmp_path, "dare_table3", "fashion_mnist", runs=runs)
+    row = short.set_index(["label", "quantity"]).loc[("DARE", "ID accuracy")]
+    assert row["vs_de_mse_n"] == 2 and row["vs_de_mse_note"] == ("seeds 2 without a finished reference run with "
+                                                                 "this value")
+    assert "(n=2)" in format_markdown(short)
+    assert "paired with DE (MSE): seeds 2 without a finished reference run" in (tmp_path / "paper_table.md").read_text()

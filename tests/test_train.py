@@ -116,3 +116,11 @@ def test_per_member_early_stop_is_the_same_on_both_paths():
     assert batched.epochs_run == sequential.epochs_run and sorted(batched.epochs_run)[0] == 1
     for b, s in zip(batched.model.parameters(), sequential.model.parameters()):
         torch.testing.assert_close(b, s, rtol=1e-4, atol=1e-5)
+
+
+def test_importing_the_training_loop_flushes_subnormal_floats():
+    import bench.train  # noqa: F401 - the import sets the flag
+    import numpy as np
+    tiny = np.array([0x000AE398], dtype=np.uint32).view(np.float32)  # the float32 subnormal 1e-39, bit by bit
+    assert tiny.view(np.uint32)[0] != 0
+    assert torch.from_numpy(tiny).mul(1.0).item() == 0.0  # read as 0 in arithmetic
