@@ -371,3 +371,15 @@ def test_a_joint_run_that_goes_non_finite_leaves_the_other_runs_of_its_pack_unto
     assert isinstance(packed[1], Diverged)
     for method, result in [(runs[0], packed[0]), (runs[2], packed[2])]:
         assert_same(alone(method, 0), result)
+
+
+def test_auto_pack_size_is_capped_per_device_and_bounded_by_memory(monkeypatch):
+    import os
+
+    from bench.packs import auto_pack_networks, network_bytes
+    paper = make_protocol({"hidden": (100, 100, 100), "batch_size": 128, "val_size": 1000})
+    assert auto_pack_networks(paper, torch.device("cpu")) == 50  # the CPU cap (docs/performance.md)
+    # a machine with little memory: a quarter of it, divided by one network's bound
+    page, pages = 4096, 4 * network_bytes(paper) * 7 // 4096 + 1
+    monkeypatch.setattr(os, "sysconf", lambda name: page if name == "SC_PAGE_SIZE" else pages)
+    assert auto_pack_networks(paper, torch.device("cpu")) == 7
