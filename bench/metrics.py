@@ -155,9 +155,17 @@ def brier(mean_probs: np.ndarray, labels: np.ndarray) -> float:
 
 def ece(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = ECE_BINS) -> float:
     """Expected calibration error, equal-width bins (lo, hi] on the max mean-probability."""
-    conf = mean_probs.max(axis=1)
-    correct = mean_probs.argmax(axis=1) == labels
-    bins = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+    return binned_ece(mean_probs.max(axis=1), mean_probs.argmax(axis=1) == labels, n_bins)
+
+
+def confidence_bins(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """Each confidence's bin among ``n_bins`` equal-width bins (lo, hi] of [0, 1]."""
+    return np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+
+
+def binned_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
+    """The ECE of confidences and their 0/1 correctness (``ece`` from cached per-sample values)."""
+    bins = confidence_bins(conf, n_bins)
     total = 0.0
     for b in range(n_bins):
         in_bin = bins == b

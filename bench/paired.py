@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from bench.metrics import ECE_BINS, NLL_CLAMP, binned_ece, ood_column, ood_metrics, score_key
+
 LEVEL = 0.95
 
 
@@ -127,7 +129,6 @@ def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list
     if column != "auroc":
         yield column, column, column
         return
-    from bench.metrics import ood_column
     for s in sets:
         yield (f"auroc_vs_{s}", ood_column("auroc", row["primary_score"].iloc[0], s),
                ood_column("auroc", reference["primary_score"].iloc[0], s))
@@ -136,8 +137,7 @@ def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list
 def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
     """One PAIRED metric of a run on a resample of its cached test predictions (nan when the
     cache lacks what it needs)."""
-    from bench.metrics import ECE_BINS, NLL_CLAMP, ood_metrics, score_key
-    from bench.selective import reliability_bins, selective_metrics
+    from bench.selective import selective_metrics
     correct = (arrays["id_pred"] == arrays["id_label"])[id_idx]
     if metric == "id_acc":
         return float(correct.mean())
@@ -146,9 +146,7 @@ def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.nda
             return math.nan
         return float(-np.log(np.clip(arrays["id_p_true"][id_idx].astype(np.float64), NLL_CLAMP, None)).mean())
     if metric == "id_ece":
-        bins = reliability_bins(arrays["id_conf"][id_idx], correct, ECE_BINS)
-        with np.errstate(invalid="ignore"):
-            return float(np.nansum(bins["count"] / len(id_idx) * np.abs(bins["accuracy"] - bins["confidence"])))
+        return binned_ece(arrays["id_conf"][id_idx].astype(np.float64), correct, ECE_BINS)
     if metric == "augrc_one_minus_max_prob":
         return selective_metrics(-arrays[score_key("one_minus_max_prob")][id_idx].astype(np.float64),
                                  (~correct).astype(np.float64))["augrc"]
@@ -188,7 +186,7 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
                 continue
             n = len(arrays_a["id_label"])
             sets = [m.removeprefix("auroc_vs_") for m in frame["metric"] if m.startswith("auroc_vs_")]
-            sizes = {o: len(arrays_a.get(f"ood_{o}_pred_entropy", [])) for o in sets}
+            sizes = {o: len(arrays_a.get(score_key("pred_entropy", o), [])) for o in sets}
             rng = np.random.default_rng([seed, int(s), *map(ord, f"{variant}|{reference}")])
             draws = [(rng.integers(0, n, n), {o: rng.integers(0, m, m) for o, m in sizes.items()})
                      for _ in range(n_boot)]

@@ -81,7 +81,8 @@ def reliability_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int) -
     the mean confidence and the accuracy (nan in an empty bin)."""
     confidence = np.asarray(confidence, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
-    bins = np.clip(np.ceil(confidence * n_bins).astype(int) - 1, 0, n_bins - 1)
+    from bench.metrics import confidence_bins
+    bins = confidence_bins(confidence, n_bins)
     count = np.bincount(bins, minlength=n_bins).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return {"count": count, "confidence": np.bincount(bins, confidence, n_bins) / count,
