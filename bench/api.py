@@ -7,6 +7,8 @@ command line (which is built on these functions).
     runs = bench.load("results/seed")           # one row per finished run
     table = bench.summary("results/seed")       # mean, std and n over seeds per config
     tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.ablation module)
+    bench.evaluate("results/seed", data_dir="../data")  # score stored weights: OOD suite, shift suite
+    shift = bench.shift_table("results/seed")      # the shift suite's metrics, one row per (run, shift, level)
 """
 from __future__ import annotations
 
@@ -190,10 +192,48 @@ def summary(out: str | Path) -> pd.DataFrame:
     return summarize(*_read(out))
 
 
+def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str = "suite", shifts: str = "all",
+             shift_seed: int = 0, candidates: bool = False, download: bool = True, progress: bool = True,
+             device: str = "cpu", threads: int | None = None, plots: bool = False, echo=print):
+    """Score the runs of ``out`` again from their stored weights, exactly like ``python -m bench
+    evaluate`` (bench.rescore): ``ood_sets`` 'suite', 'none' or comma-separated names; ``shifts``
+    'all', 'none', a family or names. ``threads``: torch threads (default: each run's own, which
+    exact reproduction needs). Rewrites the records and the folder's tables (``plots``: and its
+    report). Returns what was scored (``bench.rescore.Evaluated``)."""
+    from bench import shifts as shift_suite
+    from bench.rescore import evaluate_folder, id_datasets, parse_ood_sets
+    names = shift_suite.parse_shifts(shifts)
+    store = RunStore.existing(Path(out))
+    records, _ = store.scan()
+    ood = parse_ood_sets(ood_sets, id_datasets(records))
+    make_execution({"device": device}).torch_device()  # one line if cuda is asked for and absent
+    data = resolve_data_dir(data_dir)
+    done = evaluate_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
+                           threads)
+    folder, _, keys, _ = store.write_tables()
+    if plots:
+        from bench.plots import shift_gallery
+        from bench.report import report_folder
+        echo(f"wrote {shift_gallery(store.out / 'shift_gallery.png', store, names, data, shift_seed)}")
+        report_folder(store, folder, keys, echo=echo)
+    return done
+
+
+def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:
+    """The shift suite's metrics of a results folder in long form (what shift.csv holds): one row
+    per (run, shift, level); empty until ``evaluate`` has scored the folder."""
+    from bench import store as run_store
+    store = RunStore.existing(Path(out))
+    records, _ = store.scan()
+    runs, _ = store.runs_table(records)
+    table = run_store.shift_table(records, runs)
+    return table if candidates else without_candidates(table)
+
+
 def ablation_table(out: str | Path) -> pd.DataFrame:
     """The long ablation table of a results folder (see ``bench.ablation``)."""
     from bench import ablation
     return ablation.ablation_table(*_read(out))
 
 
-__all__ = ["run", "load", "summary", "ablation_table", "plan", "execute", "dry_run", "Executed", "BenchError"]
+__all__ = ["run", "load", "summary", "ablation_table", "evaluate", "shift_table", "plan", "execute", "dry_run", "Executed", "BenchError"]

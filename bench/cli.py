@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,ablate,list,report,paper-table,perf}`` (also installed as
+"""Command line: ``python -m bench {run,ablate,list,report,evaluate,paper-table,perf}`` (also installed as
 ``dare-bench``). Each command validates its input and hands over to ``bench.api`` (grids),
 ``bench.report`` (tables and plots) or ``bench.ablation``."""
 from __future__ import annotations
@@ -110,6 +110,35 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
                         "deep ensemble, N resamples (e.g. 1000), written to OUT/bootstrap.csv: the test-set "
                         "noise of one seed's difference, beside the seed-to-seed t-interval")
     report.add_argument("--bootstrap-seed", metavar="S", default="0", help="seed of the bootstrap's resamples")
+
+    evaluate = command("evaluate", help="score stored runs again from their weights: more OOD sets, the shift suite",
+                       description="Score the runs of OUT again from their kept weights (OUT/weights/<run_id>.pt, "
+                       "written by run --save-weights), without retraining: the current evaluators, the OOD suite "
+                       "and the shift suite (rotation, translation, the 15 MNIST-C corruptions; docs/evaluation.md). "
+                       "Each run's stored metrics are reproduced first (a difference is reported). Records gain "
+                       "the new metrics and say what they were evaluated with; then the tables (shift.csv among "
+                       "them) and plots are rebuilt, as `report` does, with shift curves, the per-corruption "
+                       "table and a gallery of every shift.")
+    evaluate.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder whose runs are scored")
+    evaluate.add_argument("--data-dir", help=f"dataset folder; default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR}")
+    evaluate.add_argument("--no-download", action="store_true", help="never download a missing dataset file")
+    evaluate.add_argument("--ood-sets", default="suite", metavar="suite|none|NAME[,NAME...]",
+                          help="OOD sets to score besides the protocol's: suite (every set known for the ID "
+                          "dataset: the other MNIST-family set, cifar10_gray28 when present, block_shuffled, "
+                          "inverted, uniform_noise, gaussian_noise, constant, bernoulli_noise), none, or names")
+    evaluate.add_argument("--shifts", default="all", metavar="all|none|FAMILY|NAME[,...]",
+                          help="shifts of the ID test split to score at every level: all, none, a family "
+                          "(rotation, translation, mnist_c) or names (`python -m bench list` shows them)")
+    evaluate.add_argument("--shift-seed", default="0", metavar="S", help="seed of the random corruptions")
+    evaluate.add_argument("--candidates", action="store_true",
+                          help="also score selection candidates that no selection chose (default: skip them)")
+    evaluate.add_argument("--device", default="cpu",
+                          help="cpu, cuda or cuda:N; stored metrics come back bit for bit on the device the runs "
+                          "trained on (the record's `device`)")
+    evaluate.add_argument("--threads", help="CPU threads for torch (default: each run's own, as its record says; "
+                          "the kernels, so the last bits, can depend on it)")
+    evaluate.add_argument("--no-plots", action="store_true", help="write only the tables")
+    evaluate.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
     from bench.paper import available_tables
     paper = command("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
@@ -352,6 +381,15 @@ def cmd_list(_args) -> int:
         print(f"  --{opt.replace('_', '-')} = {default!r}  ({allowed}) {help_text}")
     print("OOD sets (--ood-sets), per in-distribution set: "
           + "; ".join(f"{k}: {', '.join(v)} (default {v[0]})" for k, v in OOD_SETS.items()))
+    from bench import ood_sets, shifts
+    for name, spec in ood_sets.SETS.items():
+        print(f"  {name} [{spec.group} OOD{', optional' if spec.optional else ''}]: {spec.description}")
+    print("shifts (`evaluate --shifts`), by family:")
+    for name, spec in shifts.SHIFTS.items():
+        levels = ", ".join(f"{v:g}" for v in spec.levels)
+        print(f"  {name} [{spec.family}]: {spec.unit + ' ' if spec.unit else 'one level: '}{levels}"
+              + (f" (MNIST-C's: {spec.reference_level:g})" if spec.reference_level else "")
+              + ("" if spec.fidelity == "exact" else f"; {spec.fidelity}"))
     print(f"presets: {', '.join(available_presets())}")
     return 0
 
@@ -428,6 +466,21 @@ def _count(text: str, flag: str, least: int) -> int:
     return value
 
 
+def cmd_evaluate(args) -> int:
+    seed = _count(args.shift_seed, "--shift-seed", 0)
+    threads = _count(args.threads, "--threads", 1) if args.threads else None
+    done = api.evaluate(args.out, args.data_dir, args.ood_sets, args.shifts, seed, args.candidates,
+                        not args.no_download, not args.quiet, args.device, threads, plots=not args.no_plots)
+    for line in done.differing:
+        print(f"warning: re-scored metrics differ from the record: {line}", file=sys.stderr)
+    for name, why in done.skipped.items():
+        print(f"note: OOD set {name} skipped: {why}")
+    print(f"scored {plural(done.scored, 'run')} from stored weights: {len(done.ood_sets)} OOD sets "
+          f"({', '.join(done.ood_sets)}), {done.shift_sets} shift levels; stored metrics reproduced exactly for "
+          f"{done.scored - len(done.differing)} of {done.scored}")
+    return 0
+
+
 def cmd_paper_table(args) -> int:
     from bench.paper import load_published
     from bench.store import summarize, without_candidates
@@ -440,7 +493,7 @@ def cmd_paper_table(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "ablate": cmd_ablate, "list": cmd_list, "perf": cmd_perf, "report": cmd_report,
-            "paper-table": cmd_paper_table}
+            "evaluate": cmd_evaluate, "paper-table": cmd_paper_table}
 
 
 def _early_flags(argv: list[str]) -> argparse.Namespace:

@@ -8,15 +8,16 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bench import ood_sets
 from bench.errors import ConfigError
 from bench.options import (choice, describe, option, parse_bool, parse_int, parse_int_tuple, parse_optional_float,
                            parse_float, parse_str, parse_str_tuple, validate)
 from methods import Method, get_method
 
 PRESET_DIR = Path(__file__).with_name("presets")
-# In-distribution dataset -> the OOD sets it may be scored against; the first is the default.
-OOD_SETS = {"mnist": ("fashion_mnist", "cifar10_gray28"), "fashion_mnist": ("mnist", "cifar10_gray28")}
 N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
+# In-distribution dataset -> the OOD sets it may be scored against (bench.ood_sets); the first is the default.
+OOD_SETS = {dataset: ood_sets.known_for(dataset) for dataset in N_CLASSES}
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
 

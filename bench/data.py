@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torchvision
 
+from bench import ood_sets
 from bench.config import Protocol
 from bench.errors import DataError
 
@@ -53,7 +54,7 @@ IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
 CIFAR10 = torchvision.datasets.CIFAR10  # its url, archive name, md5s and folder name
 CIFAR10_TEST_MD5 = dict(CIFAR10.test_list)["test_batch"]
 DOWNLOAD_TIMEOUT_S = 60
-OPTIONAL_OOD_SETS = ("cifar10_gray28",)  # skipped with a note when unavailable; the others are required
+OPTIONAL_OOD_SETS = ood_sets.OPTIONAL  # skipped with a note when unavailable; the others are required
 CIFAR10_FULL_SIZE = 30_000_000  # a test_batch this large claims to be the official file: check its md5
 
 
@@ -82,9 +83,10 @@ class BenchData:
     test: Split
     ood: dict[str, Split]      # OOD set name -> its test split (labels are the set's own)
     ood_skipped: dict[str, str]  # optional OOD sets that could not be loaded -> why
-    test_images: torch.Tensor  # (N, 28, 28) uint8, for image grids
+    test_images: torch.Tensor  # (N, 28, 28) uint8, for image grids and the generated sets
     n_classes: int
     class_names: tuple[str, ...]
+    prepare: object = None     # (N, 784) floats in 0-255 -> the model's input (the protocol's preprocessing)
 
     @property
     def in_features(self) -> int:
@@ -214,6 +216,8 @@ def prepare_ood_sets(root: Path, names, download: bool = True) -> dict[str, str]
     unavailable -> why. A required set that is missing raises DataError."""
     unavailable = {}
     for name in dict.fromkeys(names):
+        if name in ood_sets.GENERATED:
+            continue
         try:
             load_ood_images(root, name, download)
         except OodUnavailable as exc:
@@ -260,7 +264,7 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
         try:
             # optional sets are downloaded once per grid, before any run (see prepare_ood_sets), so
             # that every run of a grid, in whichever worker, sees the same sets
-            ood[name] = load_ood_images(root, name, download and name not in OPTIONAL_OOD_SETS)
+            ood[name] = ood_images(root, name, test_img, download and name not in OPTIONAL_OOD_SETS)
         except OodUnavailable as exc:
             skipped[name] = str(exc)
 
@@ -286,4 +290,20 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
         test_images=test_img,
         n_classes=protocol.n_classes,  # the count the methods were checked against (Method.check_protocol)
         class_names=classes,
+        prepare=prep,
     )
+
+
+def ood_images(root: Path, name: str, id_test_images: torch.Tensor, download: bool = True
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """An OOD set's images (N, 28, 28) floats in 0-255 and labels: a generated set (``bench.ood_sets``,
+    labels -1) made from the ID test images, or a loaded one (load_ood_images)."""
+    if name in ood_sets.GENERATED:
+        images = torch.from_numpy(ood_sets.generate(name, id_test_images.numpy()))
+        return images, torch.full((len(images),), -1, dtype=torch.int64)
+    return load_ood_images(root, name, download)
+
+
+def prepared_split(data: BenchData, images: torch.Tensor, labels: torch.Tensor) -> Split:
+    """Images (N, 28, 28) in 0-255 as a split the run's model reads (its protocol's preprocessing)."""
+    return Split(data.prepare(images.flatten(1).float()), labels)

@@ -41,10 +41,13 @@ def uncertainty_column(name: str, ood_set: str | None = None) -> str:
     return f"{'id' if ood_set is None else f'ood_{ood_set}'}_{name}_bits"
 
 
-def scored_sets(runs) -> list[str]:
-    """The OOD sets of these runs (``ood_sets`` order) that have metric columns (a skipped set has none)."""
+def scored_sets(runs, added: bool = True) -> list[str]:
+    """The OOD sets of these runs that have metric columns (a skipped set has none): the protocol's
+    (``ood_sets``) first, then, unless not ``added``, those ``bench evaluate`` added (``scored_ood_sets``)."""
     scored = {parsed[2] for parsed in map(read_ood_column, runs.columns) if parsed}
-    named = dict.fromkeys(s for value in runs.get("ood_sets", []) for s in str(value).split())
+    columns = ("ood_sets", "scored_ood_sets") if added else ("ood_sets",)
+    named = dict.fromkeys(s for column in columns for value in runs.get(column, [])
+                          if isinstance(value, str) for s in value.split())
     return [s for s in named if s in scored]
 
 
@@ -200,6 +203,22 @@ def classification_metrics(probs: np.ndarray, labels: np.ndarray, prefix: str) -
     mean = np.asarray(probs, dtype=np.float64).mean(axis=0)
     return {f"{prefix}_acc": accuracy(mean, labels), f"{prefix}_nll_nats": nll(mean, labels),
             f"{prefix}_brier": brier(mean, labels), f"{prefix}_ece": ece(mean, labels)}
+
+
+SHIFT_METRICS = ("acc", "nll_nats", "brier", "ece", "pred_entropy_bits", "mutual_info_bits", "augrc")
+
+
+def shift_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """One shifted test set's SHIFT_METRICS: accuracy, NLL, Brier and ECE of the mean prediction,
+    mean predictive entropy and mutual information (bits), and the AUGRC of abstaining by the
+    maximum mean probability (bench.selective)."""
+    from bench.selective import selective_metrics
+    mean = np.asarray(probs, dtype=np.float64).mean(axis=0)
+    decomposition = uncertainty_decomposition(probs)
+    return {"acc": accuracy(mean, labels), "nll_nats": nll(mean, labels), "brier": brier(mean, labels),
+            "ece": ece(mean, labels), "pred_entropy_bits": float(decomposition["pred_entropy"].mean()),
+            "mutual_info_bits": float(decomposition["mutual_info"].mean()),
+            "augrc": selective_metrics(mean.max(axis=1), mean.argmax(axis=1) != labels)["augrc"]}
 
 
 def evaluate(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: dict[str, np.ndarray],

@@ -77,6 +77,19 @@ def format_difference(result: dict, scale: float = 1.0, digits: int = 3) -> str:
             + (" *" if result["real"] else ""))
 
 
+AUROC_PREFIX = "auroc_vs_"  # a paired metric per OOD set: each row's AUROC by its own score
+
+
+def auroc_metric(ood_set: str) -> str:
+    """The paired table's name of the AUROC against one OOD set: 'auroc_vs_mnist'."""
+    return f"{AUROC_PREFIX}{ood_set}"
+
+
+def auroc_set(metric: str) -> str | None:
+    """The OOD set of a paired AUROC metric name, None for any other metric."""
+    return metric.removeprefix(AUROC_PREFIX) if metric.startswith(AUROC_PREFIX) else None
+
+
 REFERENCE_METHOD = "deep_ensemble"
 DEFAULT_LOSS = "ce"  # a method without a loss option trains on cross-entropy
 # (column, title, scale, digits) of the paired columns; "auroc" is per OOD set, each row by its own score
@@ -130,7 +143,7 @@ def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list
         yield column, column, column
         return
     for s in sets:
-        yield (f"auroc_vs_{s}", ood_column("auroc", row["primary_score"].iloc[0], s),
+        yield (auroc_metric(s), ood_column("auroc", row["primary_score"].iloc[0], s),
                ood_column("auroc", reference["primary_score"].iloc[0], s))
 
 
@@ -150,8 +163,7 @@ def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.nda
     if metric == "augrc_one_minus_max_prob":
         return selective_metrics(-arrays[score_key("one_minus_max_prob")][id_idx].astype(np.float64),
                                  (~correct).astype(np.float64))["augrc"]
-    if metric.startswith("auroc_vs_"):
-        ood_set = metric.removeprefix("auroc_vs_")
+    if (ood_set := auroc_set(metric)) is not None:
         key = score_key(primary_score, ood_set)
         if key not in arrays:
             return math.nan
@@ -185,7 +197,7 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
                              "resamples": n_boot, "real": False, "note": f"no cached predictions: {exc}"})
                 continue
             n = len(arrays_a["id_label"])
-            sets = [m.removeprefix("auroc_vs_") for m in frame["metric"] if m.startswith("auroc_vs_")]
+            sets = [o for o in map(auroc_set, frame["metric"]) if o is not None]
             sizes = {o: len(arrays_a.get(score_key("pred_entropy", o), [])) for o in sets}
             rng = np.random.default_rng([seed, int(s), *map(ord, f"{variant}|{reference}")])
             draws = [(rng.integers(0, n, n), {o: rng.integers(0, m, m) for o, m in sizes.items()})

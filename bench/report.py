@@ -14,7 +14,7 @@ import pandas as pd
 from bench.config import Protocol
 from bench.errors import BenchError
 from bench.metrics import OOD_METRICS, ood_column, scored_sets
-from bench.store import RunStore, sorted_runs, summarize, without_candidates
+from bench.store import RunStore, parse_skipped, sorted_runs, summarize, without_candidates
 
 # (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
 HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
@@ -153,25 +153,33 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     preset names one. Prints the summary. Returns the files written."""
     runs = sorted_runs(runs)  # the order of `bench report`, whatever order a grid ran in
     groups = protocol_groups(runs)
-    sections, files, paired = [], [], []
+    sections, files, paired, robust = [], [], [], []
+    shift = pd.read_csv(store.out / "shift.csv") if (store.out / "shift.csv").is_file() else None
     for group in groups:
         summary = summarize(group.runs, keys)
         differences = paired_differences(group.runs, keys)
         paired.append(differences.assign(protocol=group.label))
+        robust.append(robustness_tables(group.runs, differences, shift, group.label))
         echo(f"{group.label}\n{format_summary(summary)}")
         sections.append(f"## {group.label}\n\nProtocol: {group.details}\n\n{format_summary(summary, markdown=True)}\n"
-                        + format_paired(differences, scored_sets(group.runs)))
+                        + format_paired(differences, scored_sets(group.runs, added=False)) + robust[-1]["markdown"])
     (store.out / "summary.md").write_text("\n".join(sections) if sections else "no finished runs\n")
     table = pd.concat(paired, ignore_index=True) if paired else pd.DataFrame()
     table.to_csv(store.out / "paired.csv", index=False)
+    for name in ("ood_suite", "shift_summary", "shift_table", "shift_paired"):
+        parts = [r[name] for r in robust if r.get(name) is not None and len(r[name])]
+        if parts:
+            pd.concat(parts, ignore_index=True).to_csv(store.out / f"{name}.csv", index=False)
+        else:
+            (store.out / f"{name}.csv").unlink(missing_ok=True)
     for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
         echo(f"error recorded: {error}")
     if compare_to and not runs.empty:
         files += paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
     if plots:
         from bench.data import DATASET_CLASSES
-        from bench.plots import PLOT_FILES, plot_all
-        for pattern in PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
+        from bench.plots import PLOT_FILES, SHIFT_PLOT_FILES, plot_all, shift_curves, shift_heatmaps
+        for pattern in PLOT_FILES + SHIFT_PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
             for stale in store.out.glob(pattern):
                 stale.unlink()
         from bench.plots import forest_plot
@@ -180,16 +188,44 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
             files += plot_all(store, group.runs, names, group.label, group.tag)
             forest = forest_plot(store.out / f"forest{group.tag}.png", group.label, differences)
             files += [forest] if forest else []
+        for group, tables in zip(groups, robust):
+            if tables.get("shift_rows") is not None and len(tables["shift_rows"]):
+                files += [shift_curves(store.out / f"shift_curves{group.tag}.png", group.label, tables["shift_rows"],
+                                       group.runs[group.runs["status"] == "ok"]),
+                          shift_heatmaps(store.out / f"shift_table{group.tag}.png", group.label,
+                                         tables["shift_table_rows"])]
     for path in files:
         echo(f"wrote {path}")
     return files
+
+
+def robustness_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.DataFrame | None, label: str) -> dict:
+    """One protocol's OOD-suite and shift tables (bench.robustness; empty until ``bench evaluate``
+    has scored its runs) and their summary.md text."""
+    from bench import robustness
+    suite = robustness.ood_suite_table(runs)
+    markdown = robustness.format_ood_suite(suite)
+    out = {"ood_suite": suite.assign(protocol=label) if markdown else None, "markdown": markdown}
+    rows = shift[shift["run_id"].isin(runs["run_id"])] if shift is not None else None
+    if rows is None or rows.empty:
+        return out
+    references = dict(zip(differences["variant"], differences["reference"])) if len(differences) else {}
+    summary = robustness.shift_summary(rows, runs)
+    corruption = robustness.corruption_table(rows)
+    shift_paired = robustness.shift_paired(rows, runs, references)
+    out.update(shift_summary=summary.assign(protocol=label), shift_table=corruption.assign(protocol=label),
+               shift_paired=shift_paired.assign(protocol=label), shift_rows=rows,
+               shift_table_rows=robustness.table_level_rows(rows),
+               markdown=markdown + robustness.format_shift_summary(summary)
+               + robustness.format_corruption_table(corruption) + robustness.format_shift_paired(shift_paired))
+    return out
 
 
 def paired_differences(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Each row's paired differences to its deep-ensemble reference (bench.paired), one protocol's runs."""
     from bench.paired import paired_table
     options = [k for k in keys if k not in PROTOCOL_COLUMNS and k not in NOT_OPTIONS]
-    return paired_table(runs, options, scored_sets(runs))
+    return paired_table(runs, options, scored_sets(runs, added=False))
 
 
 NOT_OPTIONS = ("method", "label", "variant", "preset", "ood_split", "primary_score", "select")
@@ -213,10 +249,10 @@ def write_bootstrap(store: RunStore, runs: pd.DataFrame, keys: list[str], n_boot
 def format_paired(differences: pd.DataFrame, sets: list[str]) -> str:
     """The markdown table of the paired differences: one line per row, '*' where the 95 % interval
     excludes 0; empty when the protocol has no reference row."""
-    from bench.paired import PAIRED, format_difference
+    from bench.paired import PAIRED, auroc_metric, format_difference
     if differences.empty:
         return ""
-    columns = [(f"auroc_vs_{s}", title.replace("{set}", s), scale, digits) if c == "auroc" else (c, title, scale, digits)
+    columns = [(auroc_metric(s), title.replace("{set}", s), scale, digits) if c == "auroc" else (c, title, scale, digits)
                for c, title, scale, digits in PAIRED for s in (sets if c == "auroc" else [""])]
     header = ["variant", "reference", "pairs"] + [title for _, title, _, _ in columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -238,9 +274,8 @@ def skipped_sets(runs: pd.DataFrame) -> list[str]:
     attempt word the reason differently: the fuller one is kept)."""
     reasons: dict[str, str] = {}
     for cell in runs.get("ood_skipped", pd.Series(dtype=object)).dropna():
-        for note in filter(None, str(cell).split("; ")):
-            name = note.split(":", 1)[0]
-            reasons[name] = max(reasons.get(name, ""), note, key=len)
+        for name, why in parse_skipped(cell).items():
+            reasons[name] = max(reasons.get(name, ""), f"{name}: {why}", key=len)
     return [reasons[name] for name in sorted(reasons)]
 
 

@@ -124,14 +124,8 @@ def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:
 def _evaluate(config: RunConfig, method, result, data: BenchData, device, record: dict) -> tuple[dict, dict | None]:
     """Predict on every split, check the predictions, evaluate: the run's finished record."""
     start = time.perf_counter()
-    torch.manual_seed(config.seed)  # MC dropout's test-time masks
     try:
-        p_val = method.predict_proba(result.model, data.val.x.to(device))  # val: no OOD scores
-        p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val
-        p_id, own_id = _predict(method, result.model, data.test, data.n_classes, device, "test split")
-        ood = {name: _predict(method, result.model, split, data.n_classes, device, f"OOD set {name}")
-               for name, split in data.ood.items()}
-        check_probabilities(p_val, len(data.val), data.n_classes, "predict_proba on the validation split")
+        p_val, (p_id, own_id), ood = predict_splits(config, method, result.model, data, device)
     except InvalidPredictions as exc:  # non-finite numbers: divergence, a result; anything else: a broken contract
         if exc.nonfinite:
             record.update(status="diverged", diverged_epoch=max(result.epochs_run), diverged_reason=str(exc),
@@ -144,7 +138,7 @@ def _evaluate(config: RunConfig, method, result, data: BenchData, device, record
     try:
         metrics, scores = evaluate(p_id, data.test.y.numpy(), {n: p for n, (p, _) in ood.items()},
                                    p_val, data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood.items()})
-        arrays = _plot_arrays(p_id, scores, data)
+        arrays = plot_arrays(p_id, scores, data)
     except Exception as exc:  # noqa: BLE001
         return _failed(record, "evaluating", exc)
     finite_val = [v for v in result.val_loss if np.isfinite(v)]
@@ -165,7 +159,22 @@ def _evaluate(config: RunConfig, method, result, data: BenchData, device, record
     return record, arrays
 
 
-def _predict(method, model, split, n_classes: int, device, where: str) -> tuple[np.ndarray, dict]:
+def predict_splits(config: RunConfig, method, model, data: BenchData, device) -> tuple[np.ndarray, tuple, dict]:
+    """A trained run's predictions, checked against the contract, in the one order that makes
+    MC dropout's test-time masks reproducible (``bench evaluate`` repeats it from stored weights):
+    seed, validation split, test split, the protocol's OOD sets. Returns (validation probabilities,
+    (test probabilities, own scores), {OOD set: (probabilities, own scores)})."""
+    torch.manual_seed(config.seed)  # MC dropout's test-time masks
+    p_val = method.predict_proba(model, data.val.x.to(device))  # val: no OOD scores
+    p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val
+    test = predict_split(method, model, data.test, data.n_classes, device, "test split")
+    ood = {name: predict_split(method, model, split, data.n_classes, device, f"OOD set {name}")
+           for name, split in data.ood.items()}
+    check_probabilities(p_val, len(data.val), data.n_classes, "predict_proba on the validation split")
+    return p_val, test, ood
+
+
+def predict_split(method, model, split, n_classes: int, device, where: str) -> tuple[np.ndarray, dict]:
     """The method's (probabilities, own scores) on a split, checked against the contract."""
     probs, own = method.predict(model, split.x.to(device))
     check_probabilities(probs, len(split), n_classes, f"predict on the {where}")
@@ -173,7 +182,7 @@ def _predict(method, model, split, n_classes: int, device, where: str) -> tuple[
     return probs, own
 
 
-def _plot_arrays(p_id: np.ndarray, scores: dict, data: BenchData) -> dict[str, np.ndarray]:
+def plot_arrays(p_id: np.ndarray, scores: dict, data: BenchData) -> dict[str, np.ndarray]:
     """Per-sample scores and the top-uncertain images: what the plots are drawn from."""
     mean_id = p_id.mean(axis=0)
     top = np.argsort(-scores[DEFAULT_SCORE][0], kind="stable")[:TOP_K_IMAGES]

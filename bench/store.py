@@ -28,7 +28,9 @@ from bench.errors import BenchError
 # the contract, or it could not start (e.g. its reference failed)
 FINISHED = ("ok", "diverged", "error")
 RETRIED = ("error",)  # a grid runs these again (the method may have been fixed); the others are reused
-NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback", "beyond_walk")  # record only
+# record only; "shifts" (bench evaluate's shift suite) becomes shift.csv
+NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback", "beyond_walk", "shifts",
+                 "evaluation")
 # numeric columns that describe a run's execution, not its result: never summarised
 NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized", "failed_candidates", "pack_runs", "pack_networks",
                "train_tflop"}
@@ -184,8 +186,9 @@ class RunStore:
         return with_selective(runs, selective), selective
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
-        """runs.csv, summary.csv, ood.csv (the OOD metrics in long form) and selective.csv (the
-        selective-prediction metrics from each run's cached predictions) from every record.
+        """runs.csv, summary.csv, ood.csv (the OOD metrics in long form), selective.csv (the
+        selective-prediction metrics from each run's cached predictions) and, once ``bench evaluate``
+        has scored the shift suite, shift.csv, from every record.
         Returns (runs, summary, config columns, problems)."""
         from bench.metrics import ood_table
         self.ensure()
@@ -197,7 +200,36 @@ class RunStore:
         summary.to_csv(self.out / "summary.csv", index=False)
         ood_table(runs).to_csv(self.out / "ood.csv", index=False)
         selective.to_csv(self.out / "selective.csv", index=False)
+        shift = shift_table(records, runs)
+        if len(shift) or (self.out / "shift.csv").exists():
+            shift.to_csv(self.out / "shift.csv", index=False)
         return runs, summary, keys, problems
+
+
+def parse_skipped(cell) -> dict[str, str]:
+    """A record's ``ood_skipped`` ('set: why; set: why') as {set: why}."""
+    out = {}
+    for note in filter(None, str(cell or "").split("; ")):
+        name, _, why = note.partition(":")
+        out[name.strip()] = why.strip()
+    return out
+
+
+SHIFT_IDS = ["run_id", "method", "label", "variant", "seed", "candidate_of"]
+
+
+def shift_table(records: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
+    """The shift suite's metrics in long form: one row per (run, shift, level) with the run's ids,
+    the shift's family and unit, and bench.metrics.SHIFT_METRICS."""
+    from bench.shifts import SHIFTS
+    rows = [{"run_id": r["run_id"], **entry} for r in records if r.get("status") == "ok" for entry in r.get("shifts", [])]
+    if not rows:
+        return pd.DataFrame(columns=SHIFT_IDS + ["shift", "family", "level", "unit"])
+    table = pd.DataFrame(rows)
+    table.insert(2, "family", table["shift"].map(lambda n: SHIFTS[n].family if n in SHIFTS else ""))
+    table.insert(4, "unit", table["shift"].map(lambda n: SHIFTS[n].unit if n in SHIFTS else ""))
+    ids = runs[[c for c in SHIFT_IDS if c in runs]]
+    return ids.merge(table, on="run_id", how="inner").reset_index(drop=True)
 
 
 def records_frame(records: list[dict], candidates: dict[str, list[str]] | None = None) -> pd.DataFrame:

@@ -1,0 +1,279 @@
+"""Score stored runs again from their kept weights (``OUT/weights/<run_id>.pt``, written by
+``--save-weights``), without retraining: the current evaluators, more OOD sets (``bench.ood_sets``)
+and the shift suite (``bench.shifts``). ``python -m bench evaluate`` is the command.
+
+Each run is predicted again exactly as it was after training (``runner.predict_splits``: the
+same order, the same MC-dropout seed), so its stored metrics come back bit for bit; the record says
+whether they did. Every added OOD set and every shift level is then predicted under its own seed,
+(run seed, set name) or (run seed, shift, level), so a set's numbers do not depend on which others
+are scored. Records are rewritten with the added metrics, the shift metrics (``shifts``: one entry
+per shift and level) and what they were evaluated with (``evaluation``); the run's cached
+predictions gain the added sets' per-sample scores.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from bench import ood_sets, provenance, shifts
+from bench.config import make_protocol, make_run_config
+from bench.data import BenchData, OodUnavailable, load_benchmark_data, load_images, ood_images, prepared_split
+from bench.errors import BenchError, ConfigError, DataError
+from bench.metrics import evaluate, shift_metrics
+from bench.runner import plot_arrays, predict_split, predict_splits
+from bench.store import CorruptRecord, RunStore, parse_skipped
+from methods.base import ReferenceFailed
+
+WEIGHTS = "weights"
+SHOWN_MISSING = 8  # runs named in the one line about missing weights
+
+
+@dataclasses.dataclass
+class StoredRun:
+    """A run to score: the record whose weights are used (``source``: the run itself, or the
+    candidate a selection chose) and the records that take its new metrics."""
+    source: dict
+    targets: list[dict]
+    config: object = None
+    method: object = None
+    model: object = None
+    data: BenchData | None = None
+    threads: int | None = None
+
+
+@dataclasses.dataclass
+class Evaluated:
+    scored: int           # runs scored
+    missing: list[str]    # runs without weights: 'variant seed s'
+    differing: list[str]  # runs whose re-scored metrics differ from their record
+    ood_sets: list[str]
+    skipped: dict[str, str]
+    shift_sets: int       # (shift, level) pairs scored
+
+
+def id_datasets(records: list[dict]) -> list[str]:
+    """The in-distribution datasets of a folder's records."""
+    return sorted({r["config"]["protocol"]["id_dataset"] for r in records if "protocol" in r.get("config", {})})
+
+
+def parse_ood_sets(text: str | None, id_datasets: list[str]) -> list[str]:
+    """'suite', 'none', or names, comma-separated -> names, each one known for every ID dataset
+    (``bench.config.OOD_SETS``)."""
+    from bench.config import OOD_SETS
+    if text is None or text.strip() in ("", "none"):
+        return []
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part == "suite":
+            names += [n for d in id_datasets for n in OOD_SETS[d]]
+            continue
+        if part not in ood_sets.SETS:
+            raise ConfigError(f"unknown OOD set {part!r} (known: {', '.join(ood_sets.SETS)}, or suite)")
+        for dataset in id_datasets:
+            if part not in OOD_SETS[dataset]:
+                raise ConfigError(f"OOD set {part!r} is not known for in-distribution {dataset} (known: "
+                                  f"{', '.join(OOD_SETS[dataset])})")
+        names.append(part)
+    return list(dict.fromkeys(names))
+
+
+def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredRun], list[str]]:
+    """The finished runs of a folder that have weights, and one name per run that has none.
+    Selection candidates are scored only where a selection chose them (``candidates``: all)."""
+    records, _ = store.scan()
+    by_id = {r["run_id"]: r for r in records}
+    candidate_of = store.candidates()
+    runs: dict[str, StoredRun] = {}
+    missing = []
+    for record in records:
+        if record["status"] != "ok" or (candidate_of.get(record["run_id"]) and not candidates):
+            continue
+        source = by_id.get(record.get("selected_run_id", record["run_id"]))
+        if source is None:
+            missing.append(f"{record['variant']} seed {record['seed']} (its chosen candidate has no record)")
+            continue
+        if not (store.out / WEIGHTS / f"{source['run_id']}.pt").is_file():
+            missing.append(f"{record['variant']} seed {record['seed']}")
+            continue
+        run = runs.setdefault(source["run_id"], StoredRun(source, [source]))
+        if record is not source:
+            run.targets.append(record)
+    return list(runs.values()), missing
+
+
+def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, device) -> None:
+    """Config, method (bound to its references' records), data and model with the stored weights.
+    Raises BenchError (one line) when the record or its weights cannot be used."""
+    config_dict = run.source["config"]
+    try:
+        protocol = make_protocol(dict(config_dict["protocol"]))
+        config = make_run_config(config_dict["method"], config_dict["method_options"], protocol, config_dict["seed"],
+                                 config_dict.get("preset", "custom"))
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise BenchError(f"its config is not valid here ({exc})") from None
+    if config.run_id != run.source["run_id"]:
+        raise BenchError(f"its config gives run id {config.run_id} (written by another dare-bench version)")
+    method = config.make_method()
+    references = {}
+    for role, ref in config.references().items():
+        try:
+            references[role] = store.load(ref.run_id)
+        except (FileNotFoundError, CorruptRecord):
+            pass
+    try:
+        method, _ = method.bind(references)
+    except ReferenceFailed:
+        pass  # predictions do not depend on a reference (it sets training thresholds)
+    data = load_benchmark_data(protocol, data_dir, download, config.seed)
+    model = method.build_model(config.seed, list(range(method.n_networks)), data.in_features, protocol.hidden,
+                               data.n_classes, protocol.init)
+    path = store.out / WEIGHTS / f"{run.source['run_id']}.pt"
+    try:
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: this run is not scored, say why
+        raise BenchError(f"its weights {path} cannot be loaded ({type(exc).__name__})") from None
+    # the training split is not needed to predict: do not hold one copy per run (the loader's cache keeps a few)
+    run.config, run.method, run.model = config, method, model.to(device)
+    run.data = dataclasses.replace(data, train=dataclasses.replace(data.train, x=data.train.x[:0], y=data.train.y[:0]))
+    run.threads = run.source.get("threads")
+
+
+def _stream(*parts) -> int:
+    """A torch seed from a run seed and names: each added set's MC-dropout masks are its own."""
+    return zlib.crc32(" ".join(map(str, parts)).encode())
+
+
+def _named(lines: list[str], what: str) -> str:
+    shown = ", ".join(lines[:SHOWN_MISSING]) + (f" and {len(lines) - SHOWN_MISSING} more"
+                                                if len(lines) > SHOWN_MISSING else "")
+    return f"{len(lines)} runs {what}: {shown}"
+
+
+def evaluate_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list[str], shift_seed: int = 0,
+                    candidates: bool = False, download: bool = True, progress: bool = True,
+                    device: str = "cpu", echo=print, threads: int | None = None) -> Evaluated:
+    """Score every stored run of ``out`` (see the module docstring); rewrites its records and
+    cached predictions: once the OOD sets are scored, and again after the shift suite. Sets and
+    shift levels scored by an earlier call are kept (OOD sets are scored again with them, so the
+    cached predictions stay complete). ``threads``: torch threads; default each run's own (its
+    record's ``threads``: the kernels, so the floats, can depend on it). The tables and plots are
+    rendered by the caller (``bench report``'s way)."""
+    if not isinstance(shift_seed, int) or isinstance(shift_seed, bool) or shift_seed < 0:
+        raise ConfigError(f"shift seed {shift_seed!r}: expected an integer >= 0")
+    for name in shift_names:
+        shifts.get_shift(name)
+    store = RunStore.existing(Path(out))
+    runs, missing = stored_runs(store, candidates)
+    if missing:
+        echo(_named(missing, f"have no stored weights ({store.out / WEIGHTS}/<run_id>.pt; train them with "
+                             "--save-weights) and are not scored"))
+    device = torch.device(device)
+    usable, broken = [], []
+    for run in tqdm(runs, desc="loading runs", unit="run", disable=not progress, leave=False):
+        try:
+            load_run(store, run, Path(data_dir), download, device)
+            usable.append(run)
+        except BenchError as exc:
+            if isinstance(exc, DataError):
+                raise  # the data folder, not the run: every run would fail alike
+            broken.append(f"{run.source['variant']} seed {run.source['seed']}: {exc}")
+    if broken:
+        echo(_named(broken, "cannot be scored"))
+    if not usable:
+        raise BenchError(f"no run in {out} has usable stored weights ({store.out / WEIGHTS}/<run_id>.pt); train "
+                         "with --save-weights")
+    runs = usable
+    loaded: dict[tuple, tuple | None] = {}  # added OOD sets, once per ID dataset
+    skipped: dict[str, str] = {}
+    differing = []
+    scored_sets = []
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for run in tqdm(runs, desc="re-scoring runs", unit="run", disable=not progress):
+        _threads(run, threads)
+        p_val, (p_id, own_id), ood_pred = predict_splits(run.config, run.method, run.model, run.data, device)
+        earlier = str(run.source.get("scored_ood_sets") or "").split()
+        for name in dict.fromkeys(earlier + ood):
+            if name in ood_pred or name == run.config.protocol.id_dataset:
+                continue
+            key = (run.config.protocol.id_dataset, name)
+            if key not in loaded:
+                try:
+                    loaded[key] = ood_images(Path(data_dir), name, run.data.test_images,
+                                             download and name not in ood_sets.OPTIONAL)
+                except OodUnavailable as exc:
+                    loaded[key] = None
+                    skipped[name] = str(exc)
+            if loaded[key] is None:
+                continue
+            torch.manual_seed(_stream(run.config.seed, name))
+            ood_pred[name] = predict_split(run.method, run.model, prepared_split(run.data, *loaded[key]),
+                                           run.data.n_classes, device, f"OOD set {name}")
+        metrics, scores = evaluate(p_id, run.data.test.y.numpy(), {n: p for n, (p, _) in ood_pred.items()}, p_val,
+                                   run.data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood_pred.items()})
+        differs = _differences(run.source, metrics)
+        if differs:
+            differing.append(f"{run.source['variant']} seed {run.source['seed']} ({differs})")
+        arrays = plot_arrays(p_id, scores, run.data)
+        scored = list(ood_pred)
+        scored_sets += scored
+        for record in run.targets:
+            notes = parse_skipped(record.get("ood_skipped"))
+            notes = {n: why for n, why in notes.items() if n not in scored}
+            notes.update({n: why for n, why in skipped.items() if n in ood})
+            record.update(metrics, scored_ood_sets=" ".join(scored),
+                          ood_skipped="; ".join(f"{k}: {v}" for k, v in notes.items()),
+                          evaluation={**record.get("evaluation", {}), "evaluated_at": now, **provenance.stamp(),
+                                      "ood_sets": scored, "generated_ood_seed": ood_sets.SEED,
+                                      "weights_of": run.source["run_id"], "device": str(device),
+                                      "threads": torch.get_num_threads(), "reproduced_stored_metrics": not differs})
+            store.add(record, arrays)  # the OOD sets are saved before the (long) shift suite starts
+    levels = [(name, level) for name in shift_names for level in shifts.get_shift(name).levels]
+    rows: list[list[dict]] = [[] for _ in runs]
+    dead = {}  # per ID dataset: the pixels that are 0 in every training image (weights that data never constrains)
+    for name, level in tqdm(levels, desc="shift suite", unit="level", disable=not progress):
+        generated, lit = {}, {}
+        for i, run in enumerate(runs):
+            dataset = run.config.protocol.id_dataset
+            if dataset not in generated:
+                shifted = shifts.shifted(run.data.test_images.numpy(), name, level, shift_seed)
+                if dataset not in dead:
+                    dead[dataset] = load_images(Path(data_dir), dataset, True, download)[0].amax(dim=0).numpy() == 0
+                lit[dataset] = float((shifted[:, dead[dataset]] > 0).mean()) if dead[dataset].any() else 0.0
+                generated[dataset] = torch.from_numpy(shifted)
+            _threads(run, threads)
+            split = prepared_split(run.data, generated[dataset], run.data.test.y)
+            torch.manual_seed(_stream(run.config.seed, name, level))
+            probs, _ = predict_split(run.method, run.model, split, run.data.n_classes, device, f"shift {name} {level:g}")
+            rows[i].append({"shift": name, "level": level, "shift_seed": shift_seed, "dead_pixels_lit": lit[dataset],
+                            **shift_metrics(probs, run.data.test.y.numpy())})
+    if levels:
+        for run, new_rows in zip(runs, rows):
+            for record in run.targets:
+                fresh = {(r["shift"], r["level"]) for r in new_rows}
+                kept = [r for r in record.get("shifts", []) if (r["shift"], r["level"]) not in fresh]
+                record["shifts"] = kept + new_rows  # one row per (shift, level): the latest
+                evaluation = record["evaluation"]
+                evaluation["shifts"] = list(dict.fromkeys(r["shift"] for r in record["shifts"]))
+                evaluation["shift_seed"] = shift_seed
+                store.add(record, None)  # the cached predictions were written with the OOD sets
+    return Evaluated(len(runs), missing + broken, differing, list(dict.fromkeys(scored_sets)), skipped, len(levels))
+
+
+def _threads(run: StoredRun, threads: int | None) -> None:
+    wanted = threads or run.threads
+    if wanted and torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
+def _differences(record: dict, metrics: dict) -> str:
+    """'' when every metric the record holds comes back identical, else how many differ and by how much."""
+    common = [k for k, v in metrics.items() if isinstance(record.get(k), (int, float))]
+    gaps = [abs(metrics[k] - record[k]) for k in common
+            if not (metrics[k] == record[k] or (np.isnan(metrics[k]) and np.isnan(record[k])))]
+    return f"{len(gaps)} of {len(common)} metrics differ, by up to {max(gaps):.3g}" if gaps else ""

@@ -1,0 +1,163 @@
+"""`bench evaluate`: stored runs scored again from their weights, without retraining."""
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from bench.cli import main
+
+GRID = ["--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "16", "--early-stop-acc", "none",
+        "--lr", "0.005", "--no-download", "--no-plots", "-q", "-o", "members=2", "-o", "mc_dropout.passes=3",
+        "--methods", "deep_ensemble", "dare", "mc_dropout", "batch_ensemble", "packed_ensemble", "anchor_net",
+        "--select", "anchor_net.lam=0.1,1.0"]
+
+
+@pytest.fixture(scope="module")
+def stored(tiny_data, tmp_path_factory):
+    """A folder of finished runs with weights (a selection among them), as `run --save-weights` leaves it."""
+    out = tmp_path_factory.mktemp("stored") / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID, "--save-weights"]) == 0
+    return out
+
+
+def _records(out):
+    return {p.stem: json.loads(p.read_text()) for p in (out / "records").glob("*.json")}
+
+
+def test_evaluate_reproduces_stored_metrics_exactly_and_adds_sets_and_shifts(stored, tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(stored, out)
+    before = _records(out)
+    capsys.readouterr()
+    assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q",
+                 "--ood-sets", "inverted,constant,cifar10_gray28", "--shifts", "rotation,stripe"]) == 0
+    printed = capsys.readouterr().out
+    after = _records(out)
+    scored = [r for r in after.values() if "evaluation" in r]
+    # every run but the candidates no selection chose; MC dropout too (its masks are re-seeded), and the
+    # methods with their own models (BatchEnsemble, Packed-Ensembles)
+    assert {r["method"] for r in scored} == {"deep_ensemble", "dare", "mc_dropout", "batch_ensemble", "packed_ensemble",
+                                             "anchor_net"}
+    for run_id, record in after.items():
+        if "evaluation" not in record:
+            continue
+        assert record["evaluation"]["reproduced_stored_metrics"], record["variant"]
+        old = before[run_id]
+        for key, value in old.items():  # every stored metric is bit for bit the same
+            if isinstance(value, float) and key not in ("eval_seconds",):
+                assert record[key] == value or (value != value and record[key] != record[key]), (key, record["variant"])
+        assert "auroc_pred_entropy_vs_inverted" in record and "fpr95_one_minus_max_prob_vs_constant" in record
+        assert record["scored_ood_sets"] == "fashion_mnist inverted constant"
+        assert "cifar10_gray28" in record["ood_skipped"]
+        assert [(s["shift"], s["level"]) for s in record["shifts"]] == (
+            [("rotation", float(d)) for d in range(15, 181, 15)] + [("stripe", 1.0)])
+    assert "reproduced exactly for 12 of 12" in printed  # 10 runs and the 2 chosen candidates
+    # a selection takes its chosen candidate's new metrics
+    selection = next(r for r in after.values() if r["run_id"].startswith("sel-"))
+    chosen = after[selection["selected_run_id"]]
+    assert selection["auroc_pred_entropy_vs_inverted"] == chosen["auroc_pred_entropy_vs_inverted"]
+    assert selection["shifts"] == chosen["shifts"]
+    shift = pd.read_csv(out / "shift.csv")
+    assert len(shift) == 13 * 14  # 10 runs, 2 selections and their 2 chosen candidates
+    assert set(shift["family"]) == {"rotation", "mnist_c"} and shift["acc"].between(0, 1).all()
+    summary = (out / "summary.md").read_text()
+    assert "**OOD suite**" in summary and "near: fashion_mnist" in summary and "far: inverted" in summary
+    assert "**Under shift**" in summary and "**Paired Δ under shift**" in summary
+    for name in ("ood_suite.csv", "shift_summary.csv", "shift_table.csv", "shift_paired.csv"):
+        assert (out / name).is_file(), name
+    paired = pd.read_csv(out / "shift_paired.csv")
+    assert set(paired["shift"]) == {"clean", "rotation", "stripe"}
+    runs = pd.read_csv(out / "runs.csv")  # the added sets are columns of runs.csv; the shifts are not
+    assert "auroc_pred_entropy_vs_inverted" in runs and not any(c.startswith("shift") for c in runs)
+
+
+def test_evaluate_twice_gives_the_same_records(stored, tiny_data, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(stored, out)
+    args = ["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots",
+            "--ood-sets", "uniform_noise", "--shifts", "fog"]
+    assert main(args) == 0
+    first = _records(out)
+    assert main(args) == 0
+    for run_id, record in _records(out).items():
+        for key in ("evaluation", "finished_at"):
+            record.pop(key, None), first[run_id].pop(key, None)
+        assert record == first[run_id]
+
+
+def test_a_run_without_weights_is_named_in_one_line(stored, tiny_data, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(stored, out)
+    runs = pd.read_csv(out / "runs.csv")
+    dare = runs[runs["method"] == "dare"].iloc[0]
+    (out / "weights" / f"{dare['run_id']}.pt").unlink()
+    capsys.readouterr()
+    assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots",
+                 "--ood-sets", "none", "--shifts", "none"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "no stored weights" in line]
+    assert len(lines) == 1 and f"seed {dare['seed']}" in lines[0] and "--save-weights" in lines[0]
+    assert "evaluation" not in json.loads((out / "records" / f"{dare['run_id']}.json").read_text())
+
+
+def test_evaluate_without_any_weights_is_one_line_and_exit_2(stored, tmp_path, tiny_data, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(stored, out, ignore=shutil.ignore_patterns("weights"))
+    capsys.readouterr()
+    assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("dare-bench: error: no run in") and "--save-weights" in err[-1]
+
+
+def test_an_added_set_does_not_depend_on_what_else_is_scored(stored, tiny_data, tmp_path):
+    shifts_of = {}
+    for name, args in (("alone", ["--ood-sets", "constant", "--shifts", "fog"]),
+                       ("with_others", ["--ood-sets", "uniform_noise,constant", "--shifts", "rotation,fog"])):
+        out = tmp_path / name
+        shutil.copytree(stored, out)
+        assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q",
+                     "--no-plots", *args]) == 0
+        shifts_of[name] = {r["run_id"]: ({k: v for k, v in r.items() if k.endswith("_vs_constant")},
+                                         [s for s in r["shifts"] if s["shift"] == "fog"])
+                           for r in _records(out).values() if "evaluation" in r}
+    assert shifts_of["alone"] == shifts_of["with_others"]  # MC dropout included: its masks are per set
+
+
+def test_evaluating_again_keeps_what_an_earlier_call_added(stored, tiny_data, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(stored, out)
+    base = ["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots"]
+    assert main([*base, "--ood-sets", "inverted", "--shifts", "stripe"]) == 0
+    first = _records(out)
+    assert main([*base, "--ood-sets", "constant", "--shifts", "zigzag"]) == 0
+    for run_id, record in _records(out).items():
+        if "evaluation" not in record:
+            continue
+        assert record["scored_ood_sets"] == "fashion_mnist inverted constant"
+        assert record["auroc_pred_entropy_vs_inverted"] == first[run_id]["auroc_pred_entropy_vs_inverted"]
+        assert [s["shift"] for s in record["shifts"]] == ["stripe", "zigzag"]
+        assert record["shifts"][0] == first[run_id]["shifts"][0]
+        import numpy as np
+        with np.load(out / "predictions" / f"{record.get('selected_run_id', run_id)}.npz") as cached:
+            assert "ood_inverted_pred_entropy" in cached and "ood_constant_pred_entropy" in cached
+
+
+def test_unusable_weights_and_bad_input_are_one_line(stored, tiny_data, tmp_path, capsys):
+    import bench
+    from bench.errors import ConfigError
+    out = tmp_path / "out"
+    shutil.copytree(stored, out)
+    runs = pd.read_csv(out / "runs.csv")
+    run_id = runs.loc[runs["method"] == "deep_ensemble", "run_id"].iloc[0]
+    (out / "weights" / f"{run_id}.pt").write_bytes(b"not a torch file")
+    capsys.readouterr()
+    assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots",
+                 "--ood-sets", "none", "--shifts", "none"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "cannot be scored" in line]
+    assert len(lines) == 1 and "cannot be loaded (UnpicklingError)" in lines[0]
+    with pytest.raises(ConfigError, match="shift seed -1"):
+        bench.evaluate(out, data_dir=tiny_data, shift_seed=-1, progress=False)
+    assert main(["evaluate", "--out", str(out), "--shift-seed", "x"]) == 2
+    assert main(["evaluate", "--out", str(tmp_path / "nothing")]) == 2
+    assert main(["evaluate", "--out", str(out), "--ood-sets", "mnist", "--data-dir", str(tiny_data)]) == 2
+    assert "not known for in-distribution mnist" in capsys.readouterr().err
