@@ -10,12 +10,12 @@ From Python (notebooks): ``bench.run(...)`` trains a grid and returns its runs a
 """
 __version__ = "0.3.0"
 
-__all__ = ["__version__", "run", "load", "summary", "ablation_table", "evaluate", "shift_table"]
+__all__ = ["__version__", "run", "load", "summary", "ablation_table", "star_table", "evaluate", "shift_table"]
 
 
 def __getattr__(name: str):
     # the API pulls in torch and pandas: import it only when asked for, so `import bench` stays light
-    if name in ("run", "load", "summary", "ablation_table", "evaluate", "shift_table"):
+    if name in ("run", "load", "summary", "ablation_table", "star_table", "evaluate", "shift_table"):
         from bench import api
         return getattr(api, name)
     raise AttributeError(f"module 'bench' has no attribute {name!r}")

@@ -7,6 +7,7 @@ command line (which is built on these functions).
     runs = bench.load("results/seed")           # one row per finished run
     table = bench.summary("results/seed")       # mean, std and n over seeds per config
     tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.ablation module)
+    star = bench.star_table("results/sensitivity/paper")  # a star design's tidy table (bench.star)
     bench.evaluate("results/seed", data_dir="../data")  # score stored weights: OOD suite, shift suite
     shift = bench.shift_table("results/seed")      # the shift suite's metrics, one row per (run, shift, level)
 """
@@ -42,6 +43,10 @@ class Plan:
     data_dir: Path
     execution: Execution
     executor: Executor
+    star: Any = None  # a bench.star.StarDesign when the design is star: configs are all its items
+
+
+DESIGNS = ("grid", "star")
 
 
 def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int] | None = None,
@@ -49,15 +54,33 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
          data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), device: str = "auto",
          threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
          pack_size: int | str = "auto", submitit: str | None = None, submitit_cluster: str = "auto",
-         submitit_params: Iterable[str] = (), save_weights: bool = False) -> Plan:
-    """Validate everything (ConfigError on bad input) and say where the grid will run."""
+         submitit_params: Iterable[str] = (), save_weights: bool = False, design: str | None = None,
+         vary: Iterable[str] = ()) -> Plan:
+    """Validate everything (ConfigError on bad input) and say where the grid will run. ``design``:
+    grid (the product of every list; the default) or star (the base and one changed choice at a
+    time: ``vary`` strings as --vary takes them, else the preset's [[star]] tables; bench.star);
+    default: the preset's ``design``, else grid."""
     load_entry_points()
     for path in plugins:
         load_plugin(path)
     name, values = load_preset(preset)
-    configs = expand_grid(name, values, list(methods) if methods else None,
-                          list(seeds) if seeds is not None else None, dict(protocol or {}),
-                          Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
+    design = design or values.get("design", "grid")
+    if design not in DESIGNS:
+        raise ConfigError(f"design={design!r} is not valid; allowed: {' or '.join(DESIGNS)}")
+    args = (name, values, list(methods) if methods else None, list(seeds) if seeds is not None else None,
+            dict(protocol or {}), Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
+    star = None
+    if design == "star":
+        from bench.star import expand_star, parse_vary, preset_settings
+        vary = [vary] if isinstance(vary, str) else list(vary)
+        settings = ([s for text in vary for s in parse_vary(text)] if vary
+                    else preset_settings(values.get("star", [])))
+        star = expand_star(*args, settings)
+        configs = star.all_items()
+    elif vary:
+        raise ConfigError("--vary needs --design star (a grid design varies options through -o lists)")
+    else:
+        configs = expand_grid(*args)
     execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size,
                                 "save_weights": save_weights})
     execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
@@ -68,7 +91,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
                               "submitit_cluster": submitit_cluster, "submitit_params": tuple(submitit_params)})
     # the folder: out, else the preset's own `out`, else results/<preset name>
     store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name), create=False)
-    return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor)
+    return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor, star)
 
 
 def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
@@ -102,6 +125,9 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
     """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv once. A KeyboardInterrupt
     leaves every finished run saved."""
     p.store.ensure()  # an output folder that cannot be made fails before anything trains
+    if p.star is not None:  # which runs each setting reads, written before anything trains
+        from bench.star import write_design
+        write_design(p.store.out, p.star)
     peak = None
     if (~dry_run(p, force)["finished"]).any():  # something will train: measure the peak it is held against
         from bench.perf import matmul_peak_gflops
@@ -150,9 +176,13 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), force: bool = False,
         download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
-        pack_size: int | str = "auto", save_weights: bool = False) -> pd.DataFrame:
+        pack_size: int | str = "auto", save_weights: bool = False, design: str | None = None,
+        vary: Iterable[str] = ()) -> pd.DataFrame:
     """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
     per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
+    design='star' (or a preset whose design is star) runs the base and each ``vary`` setting
+    (e.g. ['epochs=10,20', 'dare.delta=0.1']) as ``python -m bench ablate --design star`` does, and
+    writes its star.csv, star_summary.csv and star.md (``plots``: and star_forest.png).
 
     options: {'dare.threshold': [0.1, 0.3], 'members': 5} (a list is a grid) or ['dare.threshold=0.1,0.3'].
     select: the same for options selected on the validation split ({'mod.lam': [0, 1e-3, 1e-2]}).
@@ -161,8 +191,11 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     the paper table, of every run in the folder.
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
-             vectorize, jobs, dask, pack_size, save_weights=save_weights)
+             vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary)
     done = execute(p, download, progress, force)
+    if p.star is not None:
+        from bench.star import write_star
+        write_star(p.store.out, done.folder, plots=plots, title=f"star design: preset {p.preset}")
     if plots:
         from bench.report import report_folder
         report_folder(p.store, done.folder, done.keys, echo=lambda _: None)
@@ -230,10 +263,16 @@ def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:
     return table if candidates else without_candidates(table)
 
 
+def star_table(out: str | Path) -> pd.DataFrame:
+    """The tidy table of a star design's folder (what star.csv holds; ``bench.star``)."""
+    from bench import star
+    return star.star_table(star.read_design(Path(out)), load(out, candidates=True))
+
+
 def ablation_table(out: str | Path) -> pd.DataFrame:
     """The long ablation table of a results folder (see ``bench.ablation``)."""
     from bench import ablation
     return ablation.ablation_table(*_read(out))
 
 
-__all__ = ["run", "load", "summary", "ablation_table", "evaluate", "shift_table", "plan", "execute", "dry_run", "Executed", "BenchError"]
+__all__ = ["run", "load", "summary", "ablation_table", "star_table", "evaluate", "shift_table", "plan", "execute", "dry_run", "Executed", "BenchError"]

@@ -55,6 +55,7 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
         return sub.add_parser(name, allow_abbrev=False, formatter_class=HelpFormatter, parents=parents, **kw)
 
     # run and ablate take the same grid options; ablate's default preset is its own
+    grid_parsers = {}
     for name, default_preset, help_text, description in (
             ("run", "seed", "train and evaluate a grid of methods x options x seeds",
              "Train and evaluate every (method, option combination, seed). "
@@ -71,8 +72,13 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
              "that do not vary it drawn as dashed levels) and OUT/ablation_epochs.png (mean "
              "|theta| and train loss over epochs). Default preset: ablate-dare (DARE's "
              "threshold x members 1-10 under the seed protocol, with the deep ensemble at the "
-             "same member counts); ablate-dare-paper varies delta under the paper protocol.")):
-        add_run_arguments(command(name, help=help_text, description=description), preset or default_preset)
+             "same member counts); ablate-dare-paper varies delta under the paper protocol. "
+             "--design star changes one choice at a time from a base instead (docs/usage.md#star-designs-one-choice-at-a-time): "
+             "OUT/star.csv, star_summary.csv, star.md and star_forest.png; presets sensitivity-paper and "
+             "sensitivity-seed are the protocol-sensitivity study.")):
+        grid_parsers[name] = command(name, help=help_text, description=description)
+        add_run_arguments(grid_parsers[name], preset or default_preset)
+    add_design_arguments(grid_parsers["ablate"])
 
     command("list", help="list registered methods with their options, and the presets")
 
@@ -218,6 +224,21 @@ def add_run_arguments(run: argparse.ArgumentParser, preset: str) -> None:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
 
 
+def add_design_arguments(ablate: argparse.ArgumentParser) -> None:
+    group = ablate.add_argument_group("design (ablate only)")
+    group.add_argument("--design", choices=api.DESIGNS,
+                       help="grid: every combination of the option lists (the default); star: the base (the "
+                       "preset with -o and the protocol flags, one configuration per method) and settings that each "
+                       "change one choice of it, from --vary or the preset's [[star]] tables. Default: the preset's "
+                       "design, else grid")
+    group.add_argument("--vary", action="append", default=[], metavar="[METHOD.]NAME=V[,V...]",
+                       help="a star setting per value: a protocol value (epochs=10,20), a method option "
+                       "(dare.delta=0.1,0.5; members=3 for every method that has it) or ood_score=NAME (the OOD "
+                       "score the comparison reads; no training). Several NAME=V separated by spaces make one "
+                       "setting that changes them together ('epochs=50 early_stop_acc=none'). Repeatable; "
+                       "replaces the preset's [[star]] tables")
+
+
 def add_execution_arguments(run: argparse.ArgumentParser) -> None:
     """The flags that change speed (not part of a run's id; packs move results only by float rounding)."""
     group = run.add_argument_group("execution (speed only: results do not depend on these)")
@@ -253,7 +274,8 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
                  if k.startswith("protocol_") and v is not None}
     return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
                     args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
-                    args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param, args.save_weights)
+                    args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param, args.save_weights,
+                    getattr(args, "design", None), getattr(args, "vary", ()))
 
 
 def _duration(seconds: float) -> str:
@@ -284,8 +306,9 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
     print(line)
 
 
-def execute_and_report(plan: api.Plan, args: argparse.Namespace):
-    """Train (or reuse) the plan's runs, then the folder's report. Returns what api.execute returns."""
+def execute_and_report(plan: api.Plan, args: argparse.Namespace, plots: bool | None = None):
+    """Train (or reuse) the plan's runs, then the folder's report (``plots``: default, unless
+    --no-plots). Returns what api.execute returns."""
     try:
         done = api.execute(plan, download=not args.no_download, progress=not args.quiet, force=args.force)
     except KeyboardInterrupt:
@@ -293,7 +316,7 @@ def execute_and_report(plan: api.Plan, args: argparse.Namespace):
               "again to resume", file=sys.stderr)
         raise
     warn(done.problems)
-    report_folder(plan.store, done.folder, done.keys, plots=not args.no_plots)
+    report_folder(plan.store, done.folder, done.keys, plots=not args.no_plots if plots is None else plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
     if done.efficiency:
         e = done.efficiency
@@ -323,6 +346,9 @@ def report_failures(done: api.Executed) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     plan = plan_from(args)
+    if plan.star is not None:
+        raise ConfigError(f"preset {plan.preset} is a star design: run it with `python -m bench ablate --preset "
+                          f"{args.preset}`, which writes its star tables")
     if args.dry_run:
         print_dry_run(plan, args.force)
         return 0
@@ -336,6 +362,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_ablate(args: argparse.Namespace) -> int:
     from bench.ablation import config_axes, write_ablation
     plan = plan_from(args)
+    if plan.star is not None:
+        return star_ablation(plan, args)
     varying = config_axes(plan.configs)
     if not varying:
         raise ConfigError("nothing to ablate: no method option takes more than one value in this grid "
@@ -350,6 +378,35 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return 130
     histories = {rid: plan.store.load(rid).get("history", []) for rid in done.runs["run_id"]}
     for path in write_ablation(plan.store.out, done.runs, done.keys, histories, plots=not args.no_plots):
+        print(f"wrote {path}")
+    return report_failures(done)
+
+
+def star_ablation(plan: api.Plan, args: argparse.Namespace) -> int:
+    """ablate --design star: the base and its settings, then the star's tables and forest plot (the
+    folder's report gets its tables only: one plot set per setting's protocol would be dozens)."""
+    from bench.star import BASE, SCORE_KNOB, write_star
+    if args.dry_run:
+        table = api.dry_run(plan, args.force).drop_duplicates("run_id").set_index("run_id")
+        for setting in plan.star.settings:
+            items = plan.star.items[setting.name]
+            needs = {run.run_id for item in items for run in (item.runs() if item.kind == "selection" else [item])}
+            shared = "" if setting.is_base else f", {plan.star.shared(setting)} shared with the base"
+            todo = sum(1 for i in items if i.run_id in table.index and not table.loc[i.run_id, "finished"])
+            score = (f" (reads {setting.score}; trains nothing beyond the base)" if setting.changes
+                     and all(c.name == SCORE_KNOB for c in setting.changes) else "")
+            print(f"setting {setting.name if setting.name != BASE else 'base'} [{setting.choice}]: "
+                  f"{plural(len(items), 'item')}{shared}, {todo} to do{score}"
+                  + (f" (up to {len(needs)} runs)" if len(needs) > len(items) else ""))
+        print(f"{plural(len(plan.star.settings) - 1, 'setting')} besides the base")
+        print_dry_run(plan, args.force)
+        return 0
+    try:
+        done = execute_and_report(plan, args, plots=False)
+    except KeyboardInterrupt:
+        return 130
+    for path in write_star(plan.store.out, done.folder, plots=not args.no_plots,
+                           title=f"star design: preset {plan.preset}"):
         print(f"wrote {path}")
     return report_failures(done)
 
@@ -446,6 +503,10 @@ def cmd_report(args) -> int:
     n_boot, boot_seed = (_count(args.bootstrap, "--bootstrap", 0), _count(args.bootstrap_seed, "--bootstrap-seed", 0))
     store, runs, keys = open_results(args.out)
     report_folder(store, runs, keys, plots=not args.no_plots)
+    from bench.star import DESIGN_FILE, write_star
+    if (store.out / DESIGN_FILE).is_file():  # a star design's folder: its tables and forest plot too
+        for path in write_star(store.out, runs, plots=not args.no_plots, title=f"star design: {store.out.name}"):
+            print(f"wrote {path}")
     if n_boot:
         from bench.report import write_bootstrap
         table = write_bootstrap(store, runs, keys, n_boot, boot_seed)

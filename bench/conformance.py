@@ -14,7 +14,7 @@ import torch
 
 from bench.config import make_protocol
 from bench.data import Split
-from bench.metrics import InvalidPredictions, check_own_scores, check_probabilities
+from bench.metrics import SHARED_SCORES, InvalidPredictions, check_own_scores, check_probabilities
 from bench.options import describe, validate
 from bench.train import train
 from methods.base import Batch, Method
@@ -93,6 +93,6 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
         check_own_scores(own, 20)
     except InvalidPredictions as exc:
         raise AssertionError(f"{name}: {exc}") from None
-    assert method.primary_score in ("pred_entropy", "mutual_info", "one_minus_max_prob", *own), \
+    assert method.primary_score in (*SHARED_SCORES, *own), \
         f"{name}: primary_score {method.primary_score!r} is neither a shared score nor one of its own"
     return method

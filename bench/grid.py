@@ -18,7 +18,8 @@ from bench.options import parse_bool
 from bench.select import Selection, parse_select_spec, same_value
 from methods import Method, get_method
 
-PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to", "out"}
+PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to", "out",
+               "design", "star"}  # design = "star" with [[star]] tables: bench.star
 OPTION_FLAG, SELECT_FLAG = "--option", "--select"
 
 

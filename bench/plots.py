@@ -23,7 +23,9 @@ from bench.store import RunStore  # noqa: E402
 PLOT_FILES = ("comparison*.png", "ood_histograms*.png", "roc_curves*.png", "top_uncertain*.png", "reliability*.png",
               "smooth_reliability*.png", "risk_coverage*.png", "forest*.png")
 SCORE_LABELS = {"pred_entropy": "predictive entropy (bits)", "mutual_info": "mutual information (bits)",
-                "one_minus_max_prob": "1 - max probability", "eq35_distance": "Eq. 35 distance"}
+                "one_minus_max_prob": "1 - max probability", "eq35_distance": "Eq. 35 distance",
+                "member_entropy": "one member's entropy (bits)",
+                "geo_mean_entropy": "entropy of the geometric mean (bits)"}
 
 
 def _score_label(score: str) -> str:
@@ -430,6 +432,69 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
                  "corruptions drawn for this image alone, so the kind, not the exact pixels scored) and the first "
                  "image of each generated OOD set (as scored)", fontsize=7)
     fig.tight_layout(pad=0.3, rect=(0, 0, 1, 0.985))
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
+    """A star design (bench.star.setting_summary) as a forest plot, one line per setting grouped
+    by choice, the base on top and shaded: per compared method and OOD set, both methods' AUROC
+    (mean over seeds), the paired AUROC difference and the accuracy difference with their 95 %
+    t-intervals (red: the interval excludes 0); the base's difference as a dotted line."""
+    if summary.empty:
+        return None
+    parts = list(summary.groupby(["method", "ood_set"], sort=False))
+    rows = list(dict.fromkeys(summary["setting"]))
+    fig, axes = plt.subplots(1, 3 * len(parts), figsize=(4.0 * 3 * len(parts), 0.32 * len(rows) + 1.9),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(rows))
+    for p, ((method, ood_set), part) in enumerate(parts):
+        part = part.set_index("setting").reindex(rows)
+        reference = part["reference"].dropna().iloc[0]
+        base = part[part["is_base"].astype("boolean").fillna(False).to_numpy(bool)]
+        level, diff, acc = axes[0][3 * p: 3 * p + 3]
+        for column, marker, colour, name in ((f"auroc_{reference}", "o", "tab:blue", reference),
+                                             (f"auroc_{method}", "s", "tab:orange", method)):
+            level.plot(part[column].to_numpy(float), y, marker, color=colour, markersize=4.5, label=name,
+                       linestyle="none")
+        level.legend(fontsize=7, loc="lower left")
+        level.set_title(f"AUROC vs {ood_set}\n(the compared score, mean over seeds)", fontsize=9)
+        for ax, (mean, low, high, scale, panel) in (
+                (diff, ("difference", "low", "high", 1, f"Δ AUROC vs {ood_set}\n{method} − {reference}")),
+                (acc, ("acc_difference", "acc_low", "acc_high", 100, f"Δ accuracy (points)\n{method} − {reference}"))):
+            lo, hi = part[low].to_numpy(float) * scale, part[high].to_numpy(float) * scale
+            real = (lo > 0) | (hi < 0)
+            ax.hlines(y, lo, hi, color=np.where(real, "crimson", "grey"), linewidth=1.6)
+            ax.plot(part[mean].to_numpy(float) * scale, y, "D", color="black", markersize=3.5)
+            ax.axvline(0, color="black", linewidth=0.8)
+            if len(base):
+                ax.axvline(float(base[mean].iloc[0]) * scale, color="black", linestyle=":", linewidth=0.9)
+            ax.set_title(panel, fontsize=9)
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+        kept = part["checkpoint_kept"].fillna("")
+        if kept.str.len().gt(0).any():  # the mechanism: how many members' checkpoints the rule kept
+            for i, text in enumerate(kept):
+                if text:
+                    diff.annotate(text, (1.0, i), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                                  textcoords="offset points", fontsize=6, va="center", color="dimgrey")
+        for ax in (level, diff, acc):
+            for i, is_base in enumerate(part["is_base"].astype("boolean").fillna(False)):
+                if is_base:
+                    ax.axhspan(i - 0.5, i + 0.5, color="gold", alpha=0.25, linewidth=0)
+            # a thin line between choices
+            choices = part["choice"].tolist()
+            for i in range(1, len(choices)):
+                if choices[i] != choices[i - 1]:
+                    ax.axhline(i - 0.5, color="lightgrey", linewidth=0.7)
+    labels = [f"{c}: {s}" if c != s.split("=")[0] else s for s, c in
+              zip(rows, summary.drop_duplicates("setting").set_index("setting").reindex(rows)["choice"])]
+    axes[0][0].set_yticks(y, [textwrap.shorten(label, 60) for label in labels], fontsize=7)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(f"{title}\none choice changed at a time from the base (shaded); 95 % paired t-interval over "
+                 "seeds (red: excludes 0); dotted: the base's difference; grey numbers: members whose "
+                 "checkpoint rule kept an epoch", fontsize=9, y=1.0)
+    fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path

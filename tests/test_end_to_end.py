@@ -4,6 +4,7 @@ import json
 import pandas as pd
 
 from bench.cli import main
+from bench.metrics import SHARED_SCORES
 
 ARGS = ["--methods", "deep_ensemble", "dare", "mc_dropout", "--seeds", "0", "1", "--epochs", "3",
         "--val-size", "50", "--early-stop-acc", "none", "--lr", "0.005", "-o", "members=2",
@@ -38,8 +39,8 @@ def test_cli_run_writes_records_tables_and_plots(tiny_data, tmp_path, capsys):
         assert (out / name).stat().st_size > 0, name
     # selective prediction from the cached predictions, and the paired differences to the deep ensemble
     selective = pd.read_csv(out / "selective.csv")
-    assert set(selective["score"]) == {"one_minus_max_prob", "pred_entropy", "mutual_info"}
-    assert len(selective) == 3 * 6 and (selective["augrc"] <= selective["aurc"] + 1e-12).all()
+    assert set(selective["score"]) == set(SHARED_SCORES)
+    assert len(selective) == len(SHARED_SCORES) * 6 and (selective["augrc"] <= selective["aurc"] + 1e-12).all()
     assert runs["augrc_one_minus_max_prob"].notna().all() and runs["smece_one_minus_max_prob"].notna().all()
     paired = pd.read_csv(out / "paired.csv")
     assert set(paired["reference"]) == {"deep_ensemble(checkpoint=none, members=2, loss=ce)"}

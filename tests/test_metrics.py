@@ -88,7 +88,7 @@ def test_evaluate_names_units_and_scores():
                 "auroc_pred_entropy_vs_a", "auroc_pred_entropy_vs_b", "fpr95_mutual_info_vs_a",
                 "aupr_in_one_minus_max_prob_vs_b", "id_ece", "id_brier"):
         assert col in out
-    assert set(scores) == {"pred_entropy", "mutual_info", "one_minus_max_prob"}
+    assert set(scores) == set(metrics.SHARED_SCORES)
     assert np.all(scores["mutual_info"][0] >= 0) and set(scores["mutual_info"][1]) == {"a", "b"}
 
 
@@ -100,3 +100,30 @@ def test_a_methods_own_score_is_ranked_like_the_shared_ones():
     out, scores = metrics.evaluate(probs, np.zeros(4, int), {"x": probs[:, :3]}, own_id=own_id, own_ood=own_ood)
     assert out["auroc_mine_vs_x"] == pytest.approx((3 + 4 + 4) / 12)
     np.testing.assert_array_equal(scores["mine"][1]["x"], own_ood["x"]["mine"])
+
+
+def test_collapsed_scores_by_hand():
+    # two members, each confident, that disagree: the mean is uniform (1 bit); one member's entropy
+    # sees none of the disagreement; their geometric mean is uniform here too
+    probs = np.array([[[0.9, 0.1]], [[0.1, 0.9]]])
+    scores = metrics.ood_scores(probs)
+    h = -(0.9 * np.log2(0.9) + 0.1 * np.log2(0.1))
+    assert np.isclose(scores["pred_entropy"][0], 1.0)
+    assert np.isclose(scores["member_entropy"][0], h)
+    assert np.isclose(scores["geo_mean_entropy"][0], 1.0)  # sqrt(.09) on both classes: uniform
+    probs = np.array([[[0.5, 0.5]], [[0.9, 0.1]]])
+    g = np.sqrt([0.45, 0.05])
+    g /= g.sum()
+    assert np.isclose(metrics.ood_scores(probs)["member_entropy"][0], 1.0)
+    assert np.isclose(metrics.ood_scores(probs)["geo_mean_entropy"][0], -(g * np.log2(g)).sum())
+
+
+def test_geometric_mean_is_the_softmax_of_averaged_logits():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(5, 7, 4)) * 3
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    mean_logits = logits.mean(0)
+    expected = np.exp(mean_logits) / np.exp(mean_logits).sum(-1, keepdims=True)
+    assert np.allclose(metrics.geometric_mean_probs(softmax), expected, atol=1e-12)
+    underflow = np.array([[[1.0, 0.0]], [[0.5, 0.5]]])  # a zero probability stays finite
+    assert np.isfinite(metrics.geometric_mean_probs(underflow)).all()
