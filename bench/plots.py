@@ -439,20 +439,24 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
 
 def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
     """A star design (bench.star.setting_summary) as a forest plot, one line per setting grouped
-    by choice, the base on top and shaded: per compared method and OOD set, both methods' AUROC
-    (mean over seeds), the paired AUROC difference and the accuracy difference with their 95 %
+    by choice, the base on top and shaded: per compared method, against each setting's first OOD
+    set (a setting that changes the ID dataset changes it), both methods' AUROC (mean over seeds), the paired AUROC difference and the accuracy difference with their 95 %
     t-intervals (red: the interval excludes 0); the base's difference as a dotted line."""
+    summary = summary[summary["first_set"].astype(bool)] if "first_set" in summary else summary
     if summary.empty:
         return None
-    parts = list(summary.groupby(["method", "ood_set"], sort=False))
+    parts = list(summary.groupby("method", sort=False))
     rows = list(dict.fromkeys(summary["setting"]))
     fig, axes = plt.subplots(1, 3 * len(parts), figsize=(4.0 * 3 * len(parts), 0.32 * len(rows) + 1.9),
                              sharey=True, squeeze=False)
     y = np.arange(len(rows))
-    for p, ((method, ood_set), part) in enumerate(parts):
+    for p, (method, part) in enumerate(parts):
         part = part.set_index("setting").reindex(rows)
         reference = part["reference"].dropna().iloc[0]
         base = part[part["is_base"].astype("boolean").fillna(False).to_numpy(bool)]
+        ood_set = base["ood_set"].iloc[0] if len(base) else part["ood_set"].dropna().iloc[0]
+        if part["ood_set"].dropna().nunique() > 1:  # a setting changed the ID dataset, so its OOD set
+            ood_set = f"the first OOD set\n({ood_set} for the base)"
         level, diff, acc = axes[0][3 * p: 3 * p + 3]
         for column, marker, colour, name in ((f"auroc_{reference}", "o", "tab:blue", reference),
                                              (f"auroc_{method}", "s", "tab:orange", method)):
@@ -487,8 +491,11 @@ def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
             for i in range(1, len(choices)):
                 if choices[i] != choices[i - 1]:
                     ax.axhline(i - 0.5, color="lightgrey", linewidth=0.7)
-    labels = [f"{c}: {s}" if c != s.split("=")[0] else s for s, c in
-              zip(rows, summary.drop_duplicates("setting").set_index("setting").reindex(rows)["choice"])]
+    first = summary.drop_duplicates("setting").set_index("setting").reindex(rows)
+    base_set = first.loc[first["is_base"].astype(bool), "ood_set"]
+    base_set = base_set.iloc[0] if len(base_set) else None
+    labels = [(f"{c}: {s}" if c != s.split("=")[0] else s) + (f" (vs {o})" if o != base_set else "")
+              for s, c, o in zip(rows, first["choice"], first["ood_set"])]
     axes[0][0].set_yticks(y, [textwrap.shorten(label, 60) for label in labels], fontsize=7)
     axes[0][0].invert_yaxis()
     fig.suptitle(f"{title}\none choice changed at a time from the base (shaded); 95 % paired t-interval over "

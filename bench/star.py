@@ -362,7 +362,9 @@ def setting_summary(table: pd.DataFrame, reference: str = REFERENCE_METHOD) -> p
     predictive-entropy AUROC, the accuracy difference and the checkpoint counts."""
     rows = []
     paired = table[(table["kind"] == "paired") & (table["metric"] == "auroc")]
-    for _, p in paired.iterrows():
+    # the first OOD set of each setting's protocol (a setting may change the ID dataset, and with it the set)
+    first = ~paired.duplicated(["setting", "method"])
+    for (_, p), is_first in zip(paired.iterrows(), first):
         at = table[table["setting"] == p["setting"]]
         base = table[table["is_base"].astype(bool)]
 
@@ -386,7 +388,8 @@ def setting_summary(table: pd.DataFrame, reference: str = REFERENCE_METHOD) -> p
         a = acc(at)
         rows.append({
             "setting": p["setting"], "choice": p["choice"], "is_base": bool(p["is_base"]), "method": p["method"],
-            "reference": reference, "ood_set": p["ood_set"], "score": p["score"], "n": p["n"],
+            "reference": reference, "ood_set": p["ood_set"], "first_set": bool(is_first), "score": p["score"],
+            "n": p["n"],
             f"auroc_{reference}": value(at, reference), f"auroc_{p['method']}": value(at, p["method"]),
             "difference": p["mean"], "low": p["low"], "high": p["high"], "real": bool(p["real"]),
             "same_sign_as_base": bool(np.sign(p["mean"]) == np.sign(base_mean)) if not math.isnan(base_mean) else None,
@@ -401,23 +404,30 @@ def setting_summary(table: pd.DataFrame, reference: str = REFERENCE_METHOD) -> p
     return pd.DataFrame(rows)
 
 
+def _signed(value: float, digits: int = 3) -> str:
+    return "" if pd.isna(value) else f"{value:+.{digits}f}"
+
+
 def format_summary(summary: pd.DataFrame) -> str:
-    """The setting summary as a Markdown table per (method, OOD set)."""
+    """The setting summary as Markdown: per compared method, a table against each setting's first
+    OOD set, then one against its other sets (if any)."""
     out = []
-    for (method, ood_set), part in summary.groupby(["method", "ood_set"], sort=False):
+    for (method, first), part in summary.groupby(["method", "first_set"], sort=False):
         reference = part["reference"].iloc[0]
-        out += [f"### {method} − {reference}, AUROC vs {ood_set}", "",
-                f"| choice | setting | score | n | AUROC {reference} | AUROC {method} | Δ AUROC [95 % CI] | "
+        sets = "each setting's first OOD set" if first else "the other OOD sets"
+        out += [f"### {method} − {reference}: AUROC vs {sets}", "",
+                f"| choice | setting | OOD set | score | n | AUROC {reference} | AUROC {method} | Δ AUROC [95 % CI] | "
                 f"moved from base ({reference} / {method}) | {reference} entropy AUROC | Δ acc (points) | "
                 f"checkpoints kept | restored earlier | note |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for _, r in part.iterrows():
             name = f"**{r['setting']}**" if r["is_base"] else r["setting"]
             diff = (f"{r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" + (" *" if r["real"] else "")
                     if not pd.isna(r["low"]) else "-" if pd.isna(r["difference"]) else f"{r['difference']:+.3f}")
-            moved = "" if r["is_base"] else f"{r[f'{reference}_moved']:+.3f} / {r[f'{method}_moved']:+.3f}"
-            acc = "" if pd.isna(r["acc_difference"]) else f"{100 * r['acc_difference']:+.2f}"
-            out.append(f"| {r['choice']} | {name} | {r['score']} | {r['n']} | {r[f'auroc_{reference}']:.3f} | "
+            moved = ("" if r["is_base"] or pd.isna(r[f"{reference}_moved"])
+                     else f"{_signed(r[f'{reference}_moved'])} / {_signed(r[f'{method}_moved'])}")
+            acc = _signed(100 * r["acc_difference"], 2)
+            out.append(f"| {r['choice']} | {name} | {r['ood_set']} | {r['score']} | {r['n']} | {r[f'auroc_{reference}']:.3f} | "
                        f"{r[f'auroc_{method}']:.3f} | {diff} | {moved} | {r[f'{reference}_pred_entropy_auroc']:.3f} | "
                        f"{acc} | {r['checkpoint_kept']} | {r['restored_earlier']} | {r['note']} |")
         out.append("")

@@ -286,9 +286,11 @@ def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     keys = [k for k in keys if k in runs.columns]
     metrics = metric_columns(runs, keys)
     ok = runs["status"] == "ok"
-    masked = runs[keys].assign(_ok=ok, _status=runs["status"], _seed=runs["seed"].where(ok),
-                               _candidate_of=runs["candidate_of"].fillna("") if "candidate_of" in runs else "",
-                               **{m: runs[m].where(ok) for m in metrics})
+    extra = pd.DataFrame({"_ok": ok, "_status": runs["status"], "_seed": runs["seed"].where(ok),
+                          "_candidate_of": runs["candidate_of"].fillna("") if "candidate_of" in runs else ""},
+                         index=runs.index)
+    # one concat, not a column at a time: folders scored by `evaluate` have thousands of metric columns
+    masked = pd.concat([runs[keys], extra, runs[metrics].where(ok, axis=0)], axis=1)
     grouped = masked.groupby(keys, dropna=False, sort=False)
     out = grouped["_ok"].agg(n="sum")
     out["n_diverged"] = grouped["_status"].agg(lambda s: int((s == "diverged").sum()))
@@ -297,7 +299,7 @@ def summarize(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if "candidate_of" in runs:  # a selection's candidates are rows too: say whose
         out["candidate_of"] = grouped["_candidate_of"].agg(lambda s: " ".join(dict.fromkeys(" ".join(s).split())))
     if "selected" in runs:  # selections: the value chosen at each seed, in seed order
-        chosen = masked.assign(_selected=runs["selected"].where(ok)).sort_values("_seed", kind="stable")
+        chosen = masked[[*keys, "_seed"]].assign(_selected=runs["selected"].where(ok)).sort_values("_seed", kind="stable")
         out["selected"] = chosen.groupby(keys, dropna=False, sort=False)["_selected"].agg(
             lambda s: "; ".join(map(str, s.dropna())))
     if metrics:

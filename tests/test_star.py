@@ -166,6 +166,7 @@ def test_star_table_by_hand():
     assert math.isclose(summary.loc["base", "acc_difference"], -0.01)
     assert summary.loc["base", "checkpoint_kept"] == "3/4"
     assert math.isclose(summary.loc["ood_score=mutual_info", "deep_ensemble_pred_entropy_auroc"], 0.81)
+    assert summary["first_set"].all()
 
 
 def test_ablate_star_end_to_end(tiny_data, tmp_path, capsys):
@@ -178,7 +179,8 @@ def test_ablate_star_end_to_end(tiny_data, tmp_path, capsys):
     paired = table[(table["kind"] == "paired") & (table["metric"] == "auroc")]
     assert list(paired["setting"]) == ["base", "dare.threshold=0.5", "epochs=3", "ood_score=mutual_info"]
     assert set(paired["n"]) == {2} and paired["low"].notna().all()
-    assert (out / "star_forest.png").stat().st_size > 0 and "### dare − deep_ensemble" in (out / "star.md").read_text()
+    assert (out / "star_forest.png").stat().st_size > 0
+    assert "### dare − deep_ensemble: AUROC vs each setting's first OOD set" in (out / "star.md").read_text()
     assert not list(out.glob("comparison*.png"))  # the folder's report: tables only
     runs = pd.read_csv(out / "runs.csv")
     assert set(runs["status"]) == {"ok"} and "auroc_geo_mean_entropy_vs_fashion_mnist" in runs
