@@ -447,7 +447,7 @@ def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
         return None
     parts = list(summary.groupby("method", sort=False))
     rows = list(dict.fromkeys(summary["setting"]))
-    fig, axes = plt.subplots(1, 3 * len(parts), figsize=(4.0 * 3 * len(parts), 0.32 * len(rows) + 1.9),
+    fig, axes = plt.subplots(1, 3 * len(parts), figsize=(4.0 * 3 * len(parts), 0.32 * (len(rows) + 1) + 1.9),
                              sharey=True, squeeze=False)
     y = np.arange(len(rows))
     for p, (method, part) in enumerate(parts):
@@ -462,7 +462,7 @@ def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
                                              (f"auroc_{method}", "s", "tab:orange", method)):
             level.plot(part[column].to_numpy(float), y, marker, color=colour, markersize=4.5, label=name,
                        linestyle="none")
-        level.legend(fontsize=7, loc="lower left")
+        level.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)  # in the empty row on top
         level.set_title(f"AUROC vs {ood_set}\n(the compared score, mean over seeds)", fontsize=9)
         for ax, (mean, low, high, scale, panel) in (
                 (diff, ("difference", "low", "high", 1, f"Δ AUROC vs {ood_set}\n{method} − {reference}")),
@@ -497,7 +497,7 @@ def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
     labels = [(f"{c}: {s}" if c != s.split("=")[0] else s) + (f" (vs {o})" if o != base_set else "")
               for s, c, o in zip(rows, first["choice"], first["ood_set"])]
     axes[0][0].set_yticks(y, [textwrap.shorten(label, 60) for label in labels], fontsize=7)
-    axes[0][0].invert_yaxis()
+    axes[0][0].set_ylim(len(rows) - 0.5, -1.5)  # inverted: the base on top, an empty row above it for the legend
     fig.suptitle(f"{title}\none choice changed at a time from the base (shaded); 95 % paired t-interval over "
                  "seeds (red: excludes 0); dotted: the base's difference; grey numbers: members whose "
                  "checkpoint rule kept an epoch", fontsize=9, y=1.0)
