@@ -276,16 +276,12 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
     order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(split_seed))
     val_idx, train_idx = order[:protocol.val_size], order[protocol.val_size:]
 
-    def flat(images: torch.Tensor) -> torch.Tensor:  # (N, 28, 28) -> (N, 784) floats in 0-255
-        return images.flatten(1).float()
-
-    x_train = flat(train_img[train_idx])
-    prep = preprocessor(protocol.preprocess, x_train)
+    prep = preprocessor(protocol.preprocess, _flat(train_img[train_idx]))
     return BenchData(
-        train=Split(prep(x_train), train_y[train_idx]),
-        val=Split(prep(flat(train_img[val_idx])), train_y[val_idx]),
-        test=Split(prep(flat(test_img)), test_y),
-        ood={name: Split(prep(flat(images)), labels) for name, (images, labels) in ood.items()},
+        train=_prepared(prep, train_img[train_idx], train_y[train_idx]),
+        val=_prepared(prep, train_img[val_idx], train_y[val_idx]),
+        test=_prepared(prep, test_img, test_y),
+        ood={name: _prepared(prep, images, labels) for name, (images, labels) in ood.items()},
         ood_skipped=skipped,
         test_images=test_img,
         n_classes=protocol.n_classes,  # the count the methods were checked against (Method.check_protocol)
@@ -304,6 +300,16 @@ def ood_images(root: Path, name: str, id_test_images: torch.Tensor, download: bo
     return load_ood_images(root, name, download)
 
 
+def _flat(images: torch.Tensor) -> torch.Tensor:
+    """(N, 28, 28) -> (N, 784) floats in 0-255."""
+    return images.flatten(1).float()
+
+
+def _prepared(prepare, images: torch.Tensor, labels: torch.Tensor) -> Split:
+    return Split(prepare(_flat(images)), labels)
+
+
 def prepared_split(data: BenchData, images: torch.Tensor, labels: torch.Tensor) -> Split:
-    """Images (N, 28, 28) in 0-255 as a split the run's model reads (its protocol's preprocessing)."""
-    return Split(data.prepare(images.flatten(1).float()), labels)
+    """Images (N, 28, 28) in 0-255 as a split the run's model reads (its protocol's preprocessing):
+    the path every split of load_benchmark_data takes, for sets made after loading (bench evaluate)."""
+    return _prepared(data.prepare, images, labels)
