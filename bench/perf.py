@@ -166,6 +166,10 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
     samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
     log("measuring (c) fp32 matmul peak ...")
     peak = matmul_peak_gflops(work.peak_size, device=device)
+    # untimed: the first pack of a process pays the kernels' and the allocator's first-call costs
+    # (on a GPU about a second, more than a whole small pack's epoch)
+    log(f"warm-up: an untimed pack of {networks[0]} networks ...")
+    time_pack(work, root, device, networks[0])
     rows = []
     for n in networks:
         log(f"timing (e) a pack of {n} networks ...")
