@@ -248,7 +248,7 @@ def add_execution_arguments(run: argparse.ArgumentParser) -> None:
                        help="networks (runs x members) trained together as one stacked computation: runs of "
                        "one method, protocol and split pack together (deep ensembles, DARE, AnchorNet, single "
                        "networks; other methods train alone). 1: run by run; auto: as many as a quarter of the "
-                       "device's memory holds, at most 128 (with --jobs, split so that every worker gets a pack). "
+                       "device's memory holds, at most 50 on the CPU and 400 on a GPU (with --jobs, split so that every worker gets a pack). "
                        "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")

@@ -27,9 +27,9 @@ from methods import Method
 # --pack-size auto never packs more networks than this. On the CPU, measured on the paper MLP (2
 # threads, one step of 5-member runs): a deep ensemble trains 6.5 network-epochs/s in packs of 25
 # and 50 networks and 4.6 in a pack of 125; AnchorNet 3.1, 3.0 and 2.1 (its penalty's element-wise
-# passes over every parameter outgrow the caches). On an H200 a step costs about 2 ms up to ~100
-# networks (launch-bound); timed in one process, 400 networks beat 200 on both MLPs and 800 lost on
-# the seed MLP (results/gpu-h200).
+# passes over every parameter outgrow the caches). On an H200 a paper-MLP step costs 2-3 ms up to
+# ~100 networks (launch-bound); 400 networks beat 200 on both MLPs, and 800 against 400 gained 8-9 %
+# on the paper MLP but went either way on the seed MLP (results/gpu-h200).
 MAX_AUTO_NETWORKS = {"cpu": 50, "cuda": 400}
 AUTO_MEMORY_SHARE = 0.25     # of the device's memory
 

@@ -5,7 +5,8 @@
 (b) this harness's loop (bench.train), members stacked;
 (c) the machine's fp32 matrix-multiply peak (torch.mm on large square matrices);
 (d) torch-uncertainty's deep ensemble, when that optional peer is installed;
-(e) with --networks: packs of N one-member networks, and (f) their batched matmuls alone.
+(e) with --networks: packs of N one-member networks (after one untimed epoch of the smallest pack,
+which takes the first-call costs), and (f) their batched matmuls alone.
 
 Every path trains the same members x epochs x batches of MNIST's 60,000 training images with the
 same MLP, Adam and cross-entropy, with no early stop. Times vary from run to run on a shared
@@ -168,8 +169,8 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
     peak = matmul_peak_gflops(work.peak_size, device=device)
     # untimed: the first pack of a process pays the kernels' and the allocator's first-call costs
     # (on a GPU about a second, more than a whole small pack's epoch)
-    log(f"warm-up: an untimed pack of {networks[0]} networks ...")
-    time_pack(work, root, device, networks[0])
+    log(f"warm-up: an untimed epoch of a pack of {min(networks)} networks ...")
+    time_pack(dataclasses.replace(work, epochs=1), root, device, min(networks))
     rows = []
     for n in networks:
         log(f"timing (e) a pack of {n} networks ...")

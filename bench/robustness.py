@@ -29,7 +29,7 @@ def _by_variant(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 def ood_suite_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run, the AUROC of each scored OOD set by the run's own score, and the mean over each
     group's sets (``near_mean``, ``far_mean``): run_id, variant, seed and one column per set."""
-    sets = scored_sets(runs)
+    sets = [s for s in scored_sets(runs) if s in ood_sets.SETS]  # a foreign runs.csv may name others
     rows = []
     for _, run in runs[runs["status"] == "ok"].iterrows():
         row = {"run_id": run["run_id"], "variant": run["variant"], "seed": run["seed"]}
