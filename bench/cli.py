@@ -16,6 +16,7 @@ from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from bench.errors import BenchError, ConfigError
 from bench.grid import available_presets, load_preset
 from bench.options import describe
+from bench.packs import MAX_AUTO_NETWORKS
 from bench.report import paper_table, report_folder
 from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
 
@@ -248,7 +249,8 @@ def add_execution_arguments(run: argparse.ArgumentParser) -> None:
                        help="networks (runs x members) trained together as one stacked computation: runs of "
                        "one method, protocol and split pack together (deep ensembles, DARE, AnchorNet, single "
                        "networks; other methods train alone). 1: run by run; auto: as many as a quarter of the "
-                       "device's memory holds, at most 50 on the CPU and 400 on a GPU (with --jobs, split so that every worker gets a pack). "
+                       f"device's memory holds, at most {MAX_AUTO_NETWORKS['cpu']} on the CPU and "
+                       f"{MAX_AUTO_NETWORKS['cuda']} on a GPU (with --jobs, split so that every worker gets a pack). "
                        "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")

@@ -104,8 +104,8 @@ class Execution:
     pack_size: int | str = option("auto", parse_pack_size, "auto or an integer >= 1",
                                   check=lambda v: v == "auto" or v >= 1,
                                   help="networks (runs x members) trained together in one pack; 1: run by run; "
-                                  "auto: as many as a quarter of the device's memory holds, at most 50 on the CPU "
-                                  "and 400 on a GPU")
+                                  "auto: as many as a quarter of the device's memory holds, at most "
+                                  "bench.packs.MAX_AUTO_NETWORKS for its type")
 
     def torch_device(self):
         import torch

@@ -276,9 +276,10 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
     order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(split_seed))
     val_idx, train_idx = order[:protocol.val_size], order[protocol.val_size:]
 
-    prep = preprocessor(protocol.preprocess, _flat(train_img[train_idx]))
+    x_train = _flat(train_img[train_idx])  # flattened once: it gives standardize's statistics too
+    prep = preprocessor(protocol.preprocess, x_train)
     return BenchData(
-        train=_prepared(prep, train_img[train_idx], train_y[train_idx]),
+        train=Split(prep(x_train), train_y[train_idx]),
         val=_prepared(prep, train_img[val_idx], train_y[val_idx]),
         test=_prepared(prep, test_img, test_y),
         ood={name: _prepared(prep, images, labels) for name, (images, labels) in ood.items()},
