@@ -10,7 +10,7 @@ Fashion-MNIST table into results/paper-fmnist/ (paper_table.md beside the publis
 """
 import sys
 
-from bench.cli import main
+from bench.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["run", "--preset", "seed", *sys.argv[1:]]))

@@ -1,14 +1,14 @@
 """dare-bench: a benchmark harness for ensemble uncertainty quantification.
 
 Data flows config -> data -> method -> training loop -> predictions -> evaluators -> tables/plots:
-``bench.config`` -> ``bench.data`` -> ``methods`` -> ``bench.train`` -> ``bench.runner`` ->
-``bench.metrics`` -> ``bench.store`` / ``bench.plots``.
+``bench.config`` -> ``bench.data.loaders`` -> ``methods`` -> ``bench.training.loop`` -> ``bench.execution.runner`` ->
+``bench.evaluation.metrics`` -> ``bench.store`` / ``bench.reporting.plots``.
 
 From Python (notebooks): ``bench.run(...)`` trains a grid and returns its runs as a DataFrame,
 ``bench.load(out)`` reads a results folder, ``bench.evaluate(out)`` scores its stored weights again
 (see ``bench.api``).
 """
-__version__ = "0.3.0"
+from bench.provenance import VERSION as __version__
 
 __all__ = ["__version__", "run", "load", "summary", "ablation_table", "star_table", "evaluate", "shift_table"]
 

@@ -6,8 +6,8 @@ command line (which is built on these functions).
                      protocol={"epochs": 3}, out="results/notebook", data_dir="../data")
     runs = bench.load("results/seed")           # one row per finished run
     table = bench.summary("results/seed")       # mean, std and n over seeds per config
-    tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.ablation module)
-    star = bench.star_table("results/sensitivity/paper")  # a star design's tidy table (bench.star)
+    tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.reporting.ablation module)
+    star = bench.star_table("results/sensitivity/paper")  # a star design's tidy table (bench.design.star)
     bench.evaluate("results/seed", data_dir="../data")  # score stored weights: OOD suite, shift suite
     shift = bench.shift_table("results/seed")      # the shift suite's metrics, one row per (run, shift, level)
 """
@@ -23,10 +23,14 @@ import pandas as pd
 import torch
 
 from bench.config import Execution, make_execution
-from bench.data import resolve_data_dir
+from bench.data.loaders import resolve_data_dir
 from bench.errors import BenchError, ConfigError
-from bench.executors import Executor, make_executor, run_grid, with_references
-from bench.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid, load_preset
+from bench.execution.executors import Executor, make_executor, run_grid, with_references
+from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid
+from bench.design.star import expand_star, parse_vary, preset_settings, read_design, write_design
+from bench.provenance import stamp
+from bench.reporting import star_tables
+from bench.config import load_preset
 from bench.store import RunStore, config_columns, summarize, without_candidates
 from methods import load_entry_points, load_plugin
 
@@ -43,7 +47,7 @@ class Plan:
     data_dir: Path
     execution: Execution
     executor: Executor
-    star: Any = None  # a bench.star.StarDesign when the design is star: configs are all its items
+    star: Any = None  # a bench.design.star.StarDesign when the design is star: configs are all its items
 
 
 DESIGNS = ("grid", "star")
@@ -58,7 +62,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
          vary: Iterable[str] = ()) -> Plan:
     """Validate everything (ConfigError on bad input) and say where the grid will run. ``design``:
     grid (the product of every list; the default) or star (the base and one changed choice at a
-    time: ``vary`` strings as --vary takes them, else the preset's [[star]] tables; bench.star);
+    time: ``vary`` strings as --vary takes them, else the preset's [[star]] tables; bench.design.star);
     default: the preset's ``design``, else grid."""
     load_entry_points()
     for path in plugins:
@@ -71,7 +75,6 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
             dict(protocol or {}), Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
     star = None
     if design == "star":
-        from bench.star import expand_star, parse_vary, preset_settings
         vary = [vary] if isinstance(vary, str) else list(vary)
         settings = ([s for text in vary for s in parse_vary(text)] if vary
                     else preset_settings(values.get("star", [])))
@@ -126,11 +129,10 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
     leaves every finished run saved."""
     p.store.ensure()  # an output folder that cannot be made fails before anything trains
     if p.star is not None:  # which runs each setting reads, written before anything trains
-        from bench.star import write_design
         write_design(p.store.out, p.star)
     peak = None
     if (~dry_run(p, force)["finished"]).any():  # something will train: measure the peak it is held against
-        from bench.perf import matmul_peak_gflops
+        from bench.training.perf import matmul_peak_gflops
         if p.execution.threads:
             torch.set_num_threads(p.execution.threads)
         peak = matmul_peak_gflops(2048, repeats=3, device=p.execution.torch_device())  # ~0.3 s on 2 cores
@@ -156,7 +158,6 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
 def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak: float) -> dict | None:
     """The training matmul work of the runs this call ran, over its wall time, against the peak;
     appended to OUT/efficiency.csv so that efficiency is tracked on real grids."""
-    from bench.provenance import stamp
     trained = folder[folder["run_id"].isin(ran) & (folder["status"] == "ok")] if len(folder) else folder
     tflop = float(trained["train_tflop"].sum()) if "train_tflop" in trained else 0.0
     if not tflop:  # nothing trained (e.g. only a selection's record was written)
@@ -194,10 +195,9 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
              vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary)
     done = execute(p, download, progress, force)
     if p.star is not None:
-        from bench.star import write_star
-        write_star(p.store.out, done.folder, plots=plots, title=f"star design: preset {p.preset}")
+        star_tables.write_star(p.store.out, done.folder, plots=plots, title=f"star design: preset {p.preset}")
     if plots:
-        from bench.report import report_folder
+        from bench.reporting.report import report_folder
         report_folder(p.store, done.folder, done.keys, echo=lambda _: None)
     if len(done.failed):
         warnings.warn(f"{len(done.failed)} of {done.ran} runs failed (status error): "
@@ -229,12 +229,13 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
              shift_seed: int = 0, candidates: bool = False, download: bool = True, progress: bool = True,
              device: str = "cpu", threads: int | None = None, plots: bool = False, echo=print):
     """Score the runs of ``out`` again from their stored weights, exactly like ``python -m bench
-    evaluate`` (bench.rescore): ``ood_sets`` 'suite', 'none' or comma-separated names; ``shifts``
+    evaluate`` (bench.execution.rescoring): ``ood_sets`` 'suite', 'none' or comma-separated names; ``shifts``
     'all', 'none', a family or names. ``threads``: torch threads (default: each run's own, which
     exact reproduction needs). Rewrites the records and the folder's tables (``plots``: and its
-    report). Returns what was scored (``bench.rescore.Evaluated``)."""
-    from bench import shifts as shift_suite
-    from bench.rescore import evaluate_folder, id_datasets, parse_ood_sets
+    report). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
+    from bench.data import shifts as shift_suite
+    from bench.execution.rescoring import evaluate_folder, parse_ood_sets
+    from bench.store import id_datasets
     names = shift_suite.parse_shifts(shifts)
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
@@ -245,8 +246,8 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
                            threads)
     folder, _, keys, _ = store.write_tables()
     if plots:
-        from bench.plots import shift_gallery
-        from bench.report import report_folder
+        from bench.reporting.plots import shift_gallery
+        from bench.reporting.report import report_folder
         echo(f"wrote {shift_gallery(store.out / 'shift_gallery.png', store, names, data, shift_seed)}")
         report_folder(store, folder, keys, echo=echo)
     return done
@@ -264,14 +265,13 @@ def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:
 
 
 def star_table(out: str | Path) -> pd.DataFrame:
-    """The tidy table of a star design's folder (what star.csv holds; ``bench.star``)."""
-    from bench import star
-    return star.star_table(star.read_design(Path(out)), load(out, candidates=True))
+    """The tidy table of a star design's folder (what star.csv holds; ``bench.reporting.star_tables``)."""
+    return star_tables.star_table(read_design(Path(out)), load(out, candidates=True))
 
 
 def ablation_table(out: str | Path) -> pd.DataFrame:
-    """The long ablation table of a results folder (see ``bench.ablation``)."""
-    from bench import ablation
+    """The long ablation table of a results folder (see ``bench.reporting.ablation``)."""
+    from bench.reporting import ablation
     return ablation.ablation_table(*_read(out))
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import tomllib
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bench import ood_sets
+from bench.data import ood_sets
 from bench.errors import ConfigError
 from bench.options import (choice, describe, option, parse_bool, parse_int, parse_int_tuple, parse_optional_float,
                            parse_float, parse_str, parse_str_tuple, validate)
@@ -16,10 +17,11 @@ from methods import Method, get_method
 
 PRESET_DIR = Path(__file__).with_name("presets")
 N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
-# In-distribution dataset -> the OOD sets it may be scored against (bench.ood_sets); the first is the default.
+# In-distribution dataset -> the OOD sets it may be scored against (bench.data.ood_sets); the first is the default.
 OOD_SETS = {dataset: ood_sets.known_for(dataset) for dataset in N_CLASSES}
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
+REFERENCE_METHOD = "deep_ensemble"  # every paired comparison and star design is against this method
 
 
 def parse_pack_size(value: Any) -> int | str:
@@ -105,7 +107,7 @@ class Execution:
                                   check=lambda v: v == "auto" or v >= 1,
                                   help="networks (runs x members) trained together in one pack; 1: run by run; "
                                   "auto: as many as a quarter of the device's memory holds, at most "
-                                  "bench.packs.MAX_AUTO_NETWORKS for its type")
+                                  "bench.training.packs.MAX_AUTO_NETWORKS for its type")
 
     def torch_device(self):
         import torch
@@ -122,7 +124,7 @@ def make_execution(values: dict[str, Any]) -> Execution:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """One run: a grid item (``bench.grid.GridItem``) of kind "run"."""
+    """One run: a grid item (``bench.design.grid.GridItem``) of kind "run"."""
     kind: ClassVar[str] = "run"
     method: str
     method_options: dict[str, Any]
@@ -214,3 +216,17 @@ def named_file(name_or_path: str, folder: Path, suffix: str, kind: str) -> Path:
 
 def protocol_help() -> list[tuple[str, Any, str, str]]:
     return describe(Protocol)
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def load_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
+    """A preset by name (bench/presets/NAME.toml) or path. Returns (name, values)."""
+    path = named_file(name_or_path, PRESET_DIR, ".toml", "preset")
+    try:
+        values = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"preset {path}: not valid TOML ({exc})") from None
+    return path.stem, values

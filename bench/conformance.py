@@ -13,10 +13,11 @@ import dataclasses
 import torch
 
 from bench.config import make_protocol
-from bench.data import Split
-from bench.metrics import SHARED_SCORES, InvalidPredictions, check_own_scores, check_probabilities
+from bench.data.loaders import Split
+from bench.evaluation.metrics import SHARED_SCORES
+from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
 from bench.options import describe, validate
-from bench.train import train
+from bench.training.loop import train
 from methods.base import Batch, Method
 
 N_FEATURES, N_CLASSES = 12, 3

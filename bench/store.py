@@ -179,8 +179,8 @@ class RunStore:
     def runs_table(self, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(one row per record with the selective-prediction columns, the selective table in long
         form): the selective metrics come from each run's cached predictions, not the record, so
-        every stored run has them without retraining (bench.selective)."""
-        from bench.selective import selective_table, with_selective
+        every stored run has them without retraining (bench.evaluation.selective)."""
+        from bench.evaluation.selective import selective_table, with_selective
         runs = records_frame(records, self.candidates())
         selective = selective_table(runs, self.load_arrays)
         return with_selective(runs, selective), selective
@@ -190,7 +190,7 @@ class RunStore:
         selective-prediction metrics from each run's cached predictions) and, once ``bench evaluate``
         has scored the shift suite, shift.csv, from every record.
         Returns (runs, summary, config columns, problems)."""
-        from bench.metrics import ood_table
+        from bench.evaluation.columns import ood_table
         self.ensure()
         records, problems = self.scan()
         runs, selective = self.runs_table(records)
@@ -220,8 +220,8 @@ SHIFT_IDS = ["run_id", "method", "label", "variant", "seed", "candidate_of"]
 
 def shift_table(records: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
     """The shift suite's metrics in long form: one row per (run, shift, level) with the run's ids,
-    the shift's family and unit, and bench.metrics.SHIFT_METRICS."""
-    from bench.shifts import SHIFTS
+    the shift's family and unit, and bench.evaluation.metrics.SHIFT_METRICS."""
+    from bench.data.shifts import SHIFTS
     rows = [{"run_id": r["run_id"], **entry} for r in records if r.get("status") == "ok" for entry in r.get("shifts", [])]
     if not rows:
         return pd.DataFrame(columns=SHIFT_IDS + ["shift", "family", "level", "unit"])
@@ -230,6 +230,11 @@ def shift_table(records: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
     table.insert(4, "unit", table["shift"].map(lambda n: SHIFTS[n].unit if n in SHIFTS else ""))
     ids = runs[[c for c in SHIFT_IDS if c in runs]]
     return ids.merge(table, on="run_id", how="inner").reset_index(drop=True)
+
+
+def id_datasets(records: list[dict]) -> list[str]:
+    """The in-distribution datasets of a folder's records."""
+    return sorted({r["config"]["protocol"]["id_dataset"] for r in records if "protocol" in r.get("config", {})})
 
 
 def records_frame(records: list[dict], candidates: dict[str, list[str]] | None = None) -> pd.DataFrame:

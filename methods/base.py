@@ -85,7 +85,7 @@ class Method:
     has_threshold: ClassVar[bool] = False  # may use checkpoint=last_below_threshold
     joint: ClassVar[bool] = False  # members share batches and one objective (see the module docstring)
 
-    # Packs (bench.packs): runs of one method and protocol (their seeds' splits may differ) may train as
+    # Packs (bench.training.packs): runs of one method and protocol (their seeds' splits may differ) may train as
     # one stacked computation when the method draws nothing from torch's global generator while
     # training (a run's own draws come from its own generator, kept in ``prepare``'s state). A joint
     # method packs too when its coupling terms are computed run by run (``Batch.run_parts``); the runs

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.ablation import ablation_table, axes_of, config_axes
-from bench.cli import main
+from bench.reporting.ablation import ablation_table, axes_of, config_axes
+from bench.cli.main import main
 from bench.models import StackedMLP
-from bench.train import member_abs_mean
+from bench.training.loop import member_abs_mean
 
 
 def _runs():

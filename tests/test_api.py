@@ -3,7 +3,8 @@ import pandas as pd
 import pytest
 
 import bench
-from bench import api, executors
+from bench import api
+from bench.execution import executors
 from bench.errors import BenchError, ConfigError
 
 TINY = dict(seeds=[0, 1], protocol={"epochs": 2, "val_size": 50, "early_stop_acc": None}, progress=False,
@@ -84,7 +85,7 @@ def test_a_presets_out_is_the_default_folder(tmp_path):
 
 
 def test_the_api_passes_python_values_to_the_grid_as_they_are():
-    from bench.grid import Assignment
+    from bench.design.grid import Assignment
     typed = api.plan(methods=["dare", "anchor_net"], seeds=[0],
                      options={"dare.threshold": None, "dare.delta": [0.25, 1], "members": 2},
                      select={"anchor_net.sigma": [0.1, 1.0], "anchor_net.early_break": {"sigma": 1.0}})

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.cli import main
+from bench.cli.main import main
 from bench.config import make_protocol
 from bench.conformance import toy_split
 from bench.errors import ConfigError
 from bench.models import StackedMLP
-from bench.train import train
+from bench.training.loop import train
 from methods import REGISTRY
 from methods.anchor_net import AnchorNet, anchor_distance
 from methods.base import Batch, Method

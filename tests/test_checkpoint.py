@@ -4,7 +4,7 @@ import torch
 
 from bench.config import make_protocol
 from bench.conformance import toy_split
-from bench.train import checkpoint_mask, train
+from bench.training.loop import checkpoint_mask, train
 from methods.dare import DARE
 from methods.deep_ensemble import DeepEnsemble
 
@@ -114,7 +114,7 @@ def test_a_member_that_goes_non_finite_keeps_its_checkpoint_and_the_run_goes_on(
 
 
 def test_a_member_that_goes_non_finite_without_a_checkpoint_diverges_the_run():
-    from bench.train import Diverged
+    from bench.training.loop import Diverged
     with pytest.raises(Diverged) as info:
         train(BlowsUpMember1AfterEpoch2(members=2, checkpoint="none"), protocol(6), TRAIN, 3, seed=0,
               progress=False, val=VAL)

@@ -3,10 +3,11 @@ import sys
 
 import pytest
 
-from bench.cli import main
+from bench.cli.main import main
 from bench.config import make_protocol, make_run_config
 from bench.errors import ConfigError
-from bench.grid import expand_grid, load_preset
+from bench.design.grid import expand_grid
+from bench.config import load_preset
 
 
 @pytest.mark.parametrize("args, message", [
@@ -45,7 +46,7 @@ def test_missing_data_directory_names_the_folder_and_files(tmp_path, capsys):
 
 
 def test_failed_download_is_one_line(tmp_path, capsys, monkeypatch):
-    import bench.data as data
+    import bench.data.loaders as data
 
     class Offline:
         __name__ = "MNIST"

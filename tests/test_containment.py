@@ -11,16 +11,11 @@ import pandas as pd
 import pytest
 
 import methods
-from bench.cli import main
+from bench.cli.main import main
 from bench.errors import ConfigError
-from bench.metrics import (
-    InvalidPredictions,
-    check_own_scores,
-    check_probabilities,
-    ood_column,
-    ood_table,
-    read_ood_column,
-)
+from bench.evaluation.columns import ood_table
+from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
+from bench.evaluation.columns import ood_column, read_ood_column
 from methods.base import Method
 
 TINY = ["--seeds", "0", "--epochs", "1", "--val-size", "50", "--no-download", "--no-plots", "-q"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bench.config import make_protocol
-from bench.data import DATA_DIR_ENV, load_benchmark_data, resolve_data_dir
+from bench.data.loaders import DATA_DIR_ENV, load_benchmark_data, resolve_data_dir
 
 
 def test_data_dir_flag_then_environment_then_default(monkeypatch):

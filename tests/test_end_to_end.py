@@ -3,8 +3,8 @@ import json
 
 import pandas as pd
 
-from bench.cli import main
-from bench.metrics import SHARED_SCORES
+from bench.cli.main import main
+from bench.evaluation.metrics import SHARED_SCORES
 
 ARGS = ["--methods", "deep_ensemble", "dare", "mc_dropout", "--seeds", "0", "1", "--epochs", "3",
         "--val-size", "50", "--early-stop-acc", "none", "--lr", "0.005", "-o", "members=2",
@@ -97,7 +97,7 @@ def test_report_rebuilds_tables_from_records(tiny_data, tmp_path):
 
 
 def test_ctrl_c_keeps_every_finished_run_and_the_same_command_resumes(tiny_data, tmp_path, monkeypatch, capsys):
-    import bench.executors as executors
+    import bench.execution.executors as executors
 
     real_run_pack, calls = executors.run_pack, []
 

@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from bench.cli import main
+from bench.cli.main import main
 
 GRID = ["--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "16", "--early-stop-acc", "none",
         "--lr", "0.005", "--no-download", "--no-plots", "-q", "-o", "members=2", "-o", "mc_dropout.passes=3",

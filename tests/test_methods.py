@@ -7,7 +7,7 @@ from bench.config import make_protocol
 from bench.conformance import toy_split
 from bench.errors import ConfigError
 from bench.models import StackedMLP
-from bench.train import train
+from bench.training.loop import train
 from methods import REGISTRY, get_method
 from methods.dare import DARE, EPS, anti_regularizer
 from methods.deep_ensemble import DeepEnsemble

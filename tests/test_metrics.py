@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import metrics
+from bench.evaluation import metrics
 
 
 def test_entropy_in_bits_with_zero_log_zero():

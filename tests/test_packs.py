@@ -1,4 +1,4 @@
-"""Packs (bench.packs): runs that train as one stacked computation give the runs' results, bit for
+"""Packs (bench.training.packs): runs that train as one stacked computation give the runs' results, bit for
 bit, and a network that goes non-finite leaves the others untouched."""
 import dataclasses
 import json
@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
-from bench.cli import main
+from bench.cli.main import main
 from bench.config import make_protocol, make_run_config
 from bench.conformance import toy_split
 from bench.options import option, parse_int
-from bench.packs import make_packs, pack_key, packed_method
-from bench.train import Diverged, TrainResult, train, train_pack
+from bench.training.packs import make_packs, pack_key, packed_method
+from bench.training.loop import Diverged, TrainResult, train, train_pack
 from methods import REGISTRY
 from methods.deep_ensemble import DeepEnsemble
 
@@ -215,7 +215,7 @@ def test_kept_weights_are_saved_and_score_the_run_again(tiny_data, tmp_path):
                  "--val-size", "50", "--hidden", "8", "--no-download", "--no-plots", "-q", "--methods",
                  "deep_ensemble", "-o", "members=2", "--save-weights"]) == 0
     from bench.config import make_protocol as protocol_of
-    from bench.data import load_benchmark_data
+    from bench.data.loaders import load_benchmark_data
     runs = pd.read_csv(out / "runs.csv")
     assert sorted(p.stem for p in (out / "weights").glob("*.pt")) == sorted(runs["run_id"])
     record = json.loads((out / "records" / f"{runs['run_id'][0]}.json").read_text())
@@ -377,7 +377,7 @@ def test_a_joint_run_that_goes_non_finite_leaves_the_other_runs_of_its_pack_unto
 def test_auto_pack_size_is_capped_per_device_and_bounded_by_memory(monkeypatch):
     import os
 
-    from bench.packs import auto_pack_networks, network_bytes
+    from bench.training.packs import auto_pack_networks, network_bytes
     paper = make_protocol({"hidden": (100, 100, 100), "batch_size": 128, "val_size": 1000})
     assert auto_pack_networks(paper, torch.device("cpu")) == 50  # the CPU cap (docs/performance.md)
     # a machine with little memory: a quarter of it, divided by one network's bound

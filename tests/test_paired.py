@@ -1,4 +1,4 @@
-"""Paired differences (bench.paired): the t-interval against scipy, marks, and pairing mismatches
+"""Paired differences (bench.reporting.paired): the t-interval against scipy, marks, and pairing mismatches
 reported rather than dropped."""
 import math
 
@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bench.paired import format_difference, pair, t_interval
+from bench.reporting.paired import pair, t_interval
+from bench.reporting.formatting import format_difference
 
 
 def runs(values: dict[int, float], status: dict[int, str] | None = None) -> pd.DataFrame:
@@ -54,7 +55,7 @@ def test_each_row_may_be_compared_by_its_own_column():
 
 
 def test_report_bootstrap_pairs_test_samples_seed_by_seed(tiny_data, tmp_path, capsys):
-    from bench.cli import main
+    from bench.cli.main import main
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "deep_ensemble", "dare",
                  "--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "-o", "members=2", "--no-download",
@@ -77,7 +78,7 @@ def test_report_bootstrap_pairs_test_samples_seed_by_seed(tiny_data, tmp_path, c
 
 
 def test_the_bootstrap_resamples_the_same_test_samples_for_both_runs():
-    from bench.paired import bootstrap_table
+    from bench.reporting.paired import bootstrap_table
     rng = np.random.default_rng(1)
     n = 200
     label = rng.integers(0, 3, n)

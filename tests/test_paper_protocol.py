@@ -10,15 +10,16 @@ import pandas as pd
 import pytest
 import torch
 
-import bench.executors as executors
+import bench.execution.executors as executors
 import methods
-from bench.cli import main
+from bench.cli.main import main
 from bench.config import make_protocol, make_run_config
-from bench.data import load_benchmark_data
+from bench.data.loaders import load_benchmark_data
 from bench.errors import ConfigError
-from bench.grid import expand_grid, load_preset
+from bench.design.grid import expand_grid
+from bench.config import load_preset
 from bench.models import StackedMLP
-from bench.paper import load_published, paper_table
+from bench.reporting.paper import load_published, paper_table
 from methods.base import Method, scaled_mse_loss
 from methods.dare import DARE
 from methods.deep_ensemble import eq35_distance
@@ -85,7 +86,7 @@ def test_a_missing_ood_download_is_skipped_with_a_note(tiny_data, tmp_path, monk
     def offline(*args, **kwargs):
         raise urllib.error.URLError("no network")
     monkeypatch.setattr("torchvision.datasets.utils.download_and_extract_archive", offline)
-    from bench.data import _load_ood_images
+    from bench.data.loaders import _load_ood_images
     _load_ood_images.cache_clear()  # no earlier test's outcome for this folder may be reused
     out = tmp_path / "out"
     # the tiny data folder has no CIFAR-10: the run tries the (patched) download, then skips the set
@@ -136,7 +137,7 @@ def test_eq35_distance_by_hand():
 
 def test_adam_eps_is_the_protocols():
     from bench.conformance import toy_split
-    from bench.train import train
+    from bench.training.loop import train
     from methods.deep_ensemble import DeepEnsemble
     data = toy_split(32, features=4, classes=2, separation=0.0)  # any data: only the optimiser's eps differs
     weights = [train(DeepEnsemble(members=1), make_protocol({"hidden": [4], "epochs": 1, "batch_size": 8,
@@ -361,12 +362,12 @@ def test_paper_table_keeps_configs_of_different_protocols_apart():
     table = paper_table(summary, load_published("dare_table3"), "fashion_mnist")
     acc = table[table["quantity"] == "ID accuracy"].set_index("variant")["harness_mean"]
     assert acc.to_dict() == pytest.approx({"dare(...) epochs=50": 80.0, "dare(...) epochs=20": 70.0})
-    from bench.paper import format_markdown
+    from bench.reporting.paper import format_markdown
     assert format_markdown(table).count("| DARE |") == 2
 
 
 def test_paper_table_names_check_runs_after_the_main_protocol_and_shows_the_selected_value():
-    from bench.paper import format_markdown
+    from bench.reporting.paper import format_markdown
     base = {"id_dataset": "fashion_mnist", "ood_sets": "mnist", "primary_score": "pred_entropy", "n": 5,
             "id_acc_mean": 0.89, "id_acc_std": 0.01, "preprocess": "raw255"}
     summary = pd.DataFrame([
@@ -405,7 +406,7 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
 
 
 def test_figure_rows_that_share_a_label_are_told_apart_by_what_differs():
-    from bench.paper import _short_names
+    from bench.reporting.paper import _short_names
     names = _short_names(["DE (NLL)", "DE (NLL)", "DARE"],
                          ["deep_ensemble(checkpoint=best, members=5) preprocess=raw",
                           "deep_ensemble(checkpoint=none, members=5) preprocess=raw", "dare(delta=0.25)"])
@@ -413,7 +414,7 @@ def test_figure_rows_that_share_a_label_are_told_apart_by_what_differs():
 
 
 def test_each_skipped_ood_set_gets_one_note_in_the_paper_table():
-    from bench.report import skipped_sets
+    from bench.reporting.report import skipped_sets
     runs = pd.DataFrame({"ood_skipped": ["cifar10_gray28: x not found", "cifar10_gray28: x not found and download failed",
                                          np.nan, "", "svhn: y not found; cifar10_gray28: x not found"]})
     assert skipped_sets(runs) == ["cifar10_gray28: x not found and download failed", "svhn: y not found"]
@@ -444,7 +445,7 @@ def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed(tmp_path
     assert auroc["vs_de_mse_mean"] == pytest.approx(100 * 0.008 / 3, abs=1e-6) and not auroc["vs_de_mse_real"]
     assert math.isnan(table.loc[("DE (NLL)", "ID accuracy")].get("vs_de_nll_mean", math.nan))  # not with itself
     # a reference seed that did not finish: fewer pairs, said in the cell and in a note under the table
-    from bench.paper import format_markdown, write_paper_table
+    from bench.reporting.paper import format_markdown, write_paper_table
     runs.loc[(runs["label"] == "DE (MSE)") & (runs["seed"] == 2), "status"] = "diverged"
     short, _ = write_paper_table(summary, tmp_path, "dare_table3", "fashion_mnist", runs=runs)
     row = short.set_index(["label", "quantity"]).loc[("DARE", "ID accuracy")]

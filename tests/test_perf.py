@@ -1,8 +1,8 @@
 import pandas as pd
 import pytest
 
-from bench.cli import main
-from bench.perf import Work, run_perf, training_flops
+from bench.cli.main import main
+from bench.training.perf import Work, run_perf, training_flops
 
 
 def test_training_flops_by_hand():

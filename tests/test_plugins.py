@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import methods
-from bench.cli import main
+from bench.cli.main import main
 from bench.conformance import check_method
 from bench.errors import ConfigError
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.cli import main
+from bench.cli.main import main
 
 ROOT = Path(__file__).parent.parent
 METHODS_DOC = ROOT / "docs" / "methods.md"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import bench
-from bench.cli import main
+from bench.cli.main import main
 
 TINY = ["--methods", "deep_ensemble", "--seeds", "0", "--epochs", "1", "--early-stop-acc", "none",
         "-o", "members=2", "--no-download", "-q"]
@@ -91,7 +91,7 @@ def test_records_of_another_commit_are_reported_when_both_know_their_commit(monk
 
 
 def test_a_presets_own_protocol_keeps_the_plain_plot_names():
-    from bench.report import protocol_groups
+    from bench.reporting.report import protocol_groups
     common = {"preset": "seed", "id_dataset": "mnist", "ood_sets": "fashion_mnist", "val_size": 1000,
               "split_seed": 0, "hidden": "256-256", "epochs": 5, "batch_size": 256, "lr": 0.001,
               "early_stop_acc": 0.97, "init": "torch", "adam_eps": 1e-8, "run_id": "a"}

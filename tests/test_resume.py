@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from idx import write_both
 
-from bench.cli import main
-from bench.data import check_dataset_files
+from bench.cli.main import main
+from bench.data.loaders import check_dataset_files
 from bench.errors import DataError
 
 GRID = ["--methods", "deep_ensemble", "mc_dropout", "--seeds", "0", "1", "2", "--epochs", "60",

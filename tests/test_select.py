@@ -4,11 +4,11 @@ import json
 import pandas as pd
 import pytest
 
-import bench.executors as executors
-from bench.cli import main
+import bench.execution.executors as executors
+from bench.cli.main import main
 from bench.config import make_protocol
-from bench.grid import expand_grid
-from bench.select import Selection, Walk
+from bench.design.grid import expand_grid
+from bench.design.walks import Selection, Walk
 
 PROTOCOL = make_protocol({"val_size": 50})
 
@@ -135,7 +135,7 @@ def test_an_empty_grid_in_a_preset_is_an_error(tmp_path, capsys):
 
 
 def test_a_presets_select_table_applies_only_to_the_methods_run():
-    from bench.grid import load_preset
+    from bench.config import load_preset
     name, values = load_preset("paper-fmnist")  # selects for anchor_net, mod and negcorr
     configs = expand_grid(name, values, ["deep_ensemble"], [0], {}, ["loss=ce"])
     assert [c.method for c in configs] == ["deep_ensemble"]
@@ -153,7 +153,7 @@ def test_a_preset_select_table_makes_one_selection_per_seed():
 
 
 def test_command_line_options_combine_with_a_presets_select_tables(tmp_path, capsys):
-    from bench.grid import load_preset
+    from bench.config import load_preset
     name, values = load_preset("paper-fmnist")
     fixed = expand_grid(name, values, ["mod"], [0], {}, ["mod.lam=1e-3"])  # -o fixes lam: no selection
     assert [type(c).__name__ for c in fixed] == ["RunConfig"] and fixed[0].method_options["lam"] == 1e-3
@@ -203,7 +203,7 @@ def test_dry_run_lists_the_references_a_selections_candidates_need(tmp_path, cap
 
 
 def test_the_early_break_can_be_given_on_the_command_line_as_in_a_preset():
-    from bench.grid import load_preset
+    from bench.config import load_preset
     name, values = load_preset("paper-fmnist")  # anchor_net: sigma x lam, early_break = {sigma = 10}
     from_preset = expand_grid(name, values, ["anchor_net"], [0], {}, [])[0]
     from_flags = expand_grid(name, values, ["anchor_net"], [0], {}, [], [
@@ -214,7 +214,7 @@ def test_the_early_break_can_be_given_on_the_command_line_as_in_a_preset():
 
 
 def test_fixing_an_early_break_option_with_o_keeps_the_break_where_the_value_matches():
-    from bench.grid import load_preset
+    from bench.config import load_preset
     name, values = load_preset("paper-fmnist")  # anchor_net: early_break = {sigma = 10}
     at_01 = expand_grid(name, values, ["anchor_net"], [0], {}, ["anchor_net.sigma=0.1"])[0]
     at_10 = expand_grid(name, values, ["anchor_net"], [0], {}, ["anchor_net.sigma=10"])[0]

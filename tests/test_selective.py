@@ -1,9 +1,10 @@
-"""Selective prediction (bench.selective): hand-computed values with ties, agreement with a
+"""Selective prediction (bench.evaluation.selective): hand-computed values with ties, agreement with a
 brute-force implementation, and independence of the sample order."""
 import numpy as np
 import pytest
 
-from bench.selective import optimal_aurc, rc_curve, reliability_bins, selective_metrics
+from bench.evaluation.selective import optimal_aurc, rc_curve, selective_metrics
+from bench.evaluation.calibration import reliability_bins
 
 
 def brute_force(confidence, errors):
@@ -71,7 +72,7 @@ def test_bad_input_is_refused():
 
 
 def test_reliability_bins_are_the_ece_bins():
-    from bench.metrics import ece
+    from bench.evaluation.calibration import ece
     confidence = np.array([0.05, 0.5, 0.55, 0.95, 1.0, 1.0])
     correct = np.array([0, 1, 0, 1, 1, 0])
     bins = reliability_bins(confidence, correct, 10)

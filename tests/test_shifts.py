@@ -3,8 +3,8 @@ cases, and one-line errors for unknown names."""
 import numpy as np
 import pytest
 
-from bench import ood_sets, shifts
-from bench.cli import main
+from bench.data import ood_sets, shifts
+from bench.cli.main import main
 from bench.errors import ConfigError
 
 

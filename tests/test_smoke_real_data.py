@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from bench.config import make_protocol
-from bench.data import load_benchmark_data
-from bench.metrics import evaluate
-from bench.train import train
+from bench.data.loaders import load_benchmark_data
+from bench.evaluation.metrics import evaluate
+from bench.training.loop import train
 from methods.deep_ensemble import DeepEnsemble
 
 DATA = Path(os.environ.get("DARE_BENCH_DATA", "/nonexistent"))
@@ -30,7 +30,7 @@ def test_one_epoch_on_real_mnist():
 
 
 def test_the_paper_protocols_data():
-    from bench.grid import load_preset
+    from bench.config import load_preset
     protocol = make_protocol(load_preset("paper-fmnist")[1]["protocol"])
     seed0, seed1 = (load_benchmark_data(protocol, DATA, download=False, seed=s) for s in (0, 1))
     assert (len(seed0.train), len(seed0.val), len(seed0.test)) == (59000, 1000, 10000)

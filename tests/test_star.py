@@ -1,4 +1,4 @@
-"""The star design (bench.star): settings parsed and expanded with the base run once and shared,
+"""The star design (bench.design.star): settings parsed and expanded with the base run once and shared,
 bad knobs as one line, the dry run, and the whole ablate --design star on tiny data."""
 import math
 
@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 
 from bench import api
-from bench.cli import main
+from bench.cli.main import main
 from bench.errors import ConfigError
-from bench.grid import load_preset
-from bench.star import Change, Setting, expand_star, parse_vary, preset_settings, setting_summary, star_table
+from bench.config import load_preset
+from bench.design.star import Change, Setting, expand_star, parse_vary, preset_settings
+from bench.reporting.star_tables import setting_summary, star_table
 
 TINY = ["--methods", "dare", "deep_ensemble", "--seeds", "0", "1", "--epochs", "2", "--val-size", "50",
         "--early-stop-acc", "none", "--lr", "0.005", "-o", "members=2", "--no-download", "-q"]

@@ -3,7 +3,7 @@ import torch
 
 from bench.config import make_protocol
 from bench.conformance import toy_split
-from bench.train import Diverged, train
+from bench.training.loop import Diverged, train
 from methods.dare import DARE
 from methods.deep_ensemble import DeepEnsemble
 
@@ -119,7 +119,7 @@ def test_per_member_early_stop_is_the_same_on_both_paths():
 
 
 def test_importing_the_training_loop_flushes_subnormal_floats():
-    import bench.train  # noqa: F401 - the import sets the flag
+    import bench.training.loop  # noqa: F401 - the import sets the flag
     import numpy as np
     tiny = np.array([0x000AE398], dtype=np.uint32).view(np.float32)  # the float32 subnormal 1e-39, bit by bit
     assert tiny.view(np.uint32)[0] != 0

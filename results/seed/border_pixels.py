@@ -18,7 +18,7 @@ import torch
 from scipy import stats
 
 import bench
-from bench.data import load_images, resolve_data_dir
+from bench.data.loaders import load_images, resolve_data_dir
 
 HERE = Path(__file__).parent
 DARE, DE = "dare(checkpoint=none, members=3, loss=ce, threshold=0.3)", "deep_ensemble(checkpoint=none, members=3, loss=ce)"

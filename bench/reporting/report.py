@@ -13,8 +13,9 @@ import pandas as pd
 
 from bench.config import Protocol
 from bench.errors import BenchError
-from bench.metrics import OOD_METRICS, ood_column, scored_sets
+from bench.evaluation.columns import OOD_METRICS, ood_column, scored_sets
 from bench.store import RunStore, parse_skipped, sorted_runs, summarize, without_candidates
+from bench.reporting.formatting import mean_std
 
 # (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
 HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
@@ -74,7 +75,7 @@ def _norm(value) -> str:
 def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
     """Whether these runs (one protocol) are of one shipped preset and have its protocol values."""
     from bench.config import make_protocol
-    from bench.grid import available_presets, load_preset
+    from bench.config import available_presets, load_preset
     presets = set(map(str, runs.get("preset", [])))
     if len(presets) != 1 or (preset := presets.pop()) not in available_presets():
         return False
@@ -105,13 +106,6 @@ def _ood_column(metric: str, ood_set: str, score: str) -> str:
     return ood_column(metric, score, ood_set)
 
 
-def mean_std(mean, std, scale: float, digits: int) -> str:
-    if mean is None or pd.isna(mean):
-        return "-"
-    std = 0.0 if std is None or pd.isna(std) else std  # one seed: no spread to show
-    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
-
-
 def format_summary(summary, markdown: bool = False) -> str:
     """The headline columns as 'mean ± std' per config; AUROC/FPR by each row's primary score."""
     if summary.empty:
@@ -140,7 +134,7 @@ def report_folder(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: b
     """The report of every run in a results folder (selection candidates left out: their selection
     stands for them), with the paper table of the first shipped preset among the runs that names one.
     Every command that renders a folder renders it this way, so the same records give the same files."""
-    from bench.grid import available_presets, load_preset
+    from bench.config import available_presets, load_preset
     runs = without_candidates(sorted_runs(runs))
     known = set(available_presets())
     tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
@@ -177,12 +171,12 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     if compare_to and not runs.empty:
         files += paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
     if plots:
-        from bench.data import DATASET_CLASSES
-        from bench.plots import PLOT_FILES, SHIFT_PLOT_FILES, plot_all, shift_curves, shift_heatmaps
+        from bench.data.loaders import DATASET_CLASSES
+        from bench.reporting.plots import PLOT_FILES, SHIFT_PLOT_FILES, plot_all, shift_curves, shift_heatmaps
         for pattern in PLOT_FILES + SHIFT_PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
             for stale in store.out.glob(pattern):
                 stale.unlink()
-        from bench.plots import forest_plot
+        from bench.reporting.plots import forest_plot
         for group, differences in zip(groups, paired):
             names = tuple(DATASET_CLASSES[group.runs["id_dataset"].iloc[0]].classes)
             files += plot_all(store, group.runs, names, group.label, group.tag)
@@ -200,9 +194,9 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
 
 
 def robustness_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.DataFrame | None, label: str) -> dict:
-    """One protocol's OOD-suite and shift tables (bench.robustness; empty until ``bench evaluate``
+    """One protocol's OOD-suite and shift tables (bench.reporting.shift_tables; empty until ``bench evaluate``
     has scored its runs) and their summary.md text."""
-    from bench import robustness
+    from bench.reporting import shift_tables as robustness
     suite = robustness.ood_suite_table(runs)
     markdown = robustness.format_ood_suite(suite)
     out = {"ood_suite": suite.assign(protocol=label) if markdown else None, "markdown": markdown}
@@ -222,8 +216,8 @@ def robustness_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.D
 
 
 def paired_differences(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Each row's paired differences to its deep-ensemble reference (bench.paired), one protocol's runs."""
-    from bench.paired import paired_table
+    """Each row's paired differences to its deep-ensemble reference (bench.reporting.paired), one protocol's runs."""
+    from bench.reporting.paired import paired_table
     options = [k for k in keys if k not in PROTOCOL_COLUMNS and k not in NOT_OPTIONS]
     return paired_table(runs, options, scored_sets(runs, added=False))
 
@@ -233,8 +227,8 @@ NOT_OPTIONS = ("method", "label", "variant", "preset", "ood_split", "primary_sco
 
 def write_bootstrap(store: RunStore, runs: pd.DataFrame, keys: list[str], n_boot: int, seed: int) -> pd.DataFrame:
     """bootstrap.csv: per protocol, each paired difference's paired bootstrap over test samples,
-    seed by seed (bench.paired.bootstrap_table)."""
-    from bench.paired import bootstrap_table
+    seed by seed (bench.reporting.paired.bootstrap_table)."""
+    from bench.reporting.paired import bootstrap_table
     parts = []
     for group in protocol_groups(without_candidates(sorted_runs(runs))):
         differences = paired_differences(group.runs, keys)
@@ -249,7 +243,8 @@ def write_bootstrap(store: RunStore, runs: pd.DataFrame, keys: list[str], n_boot
 def format_paired(differences: pd.DataFrame, sets: list[str]) -> str:
     """The markdown table of the paired differences: one line per row, '*' where the 95 % interval
     excludes 0; empty when the protocol has no reference row."""
-    from bench.paired import PAIRED, auroc_metric, format_difference
+    from bench.reporting.paired import PAIRED, auroc_metric
+    from bench.reporting.formatting import format_difference
     if differences.empty:
         return ""
     columns = [(auroc_metric(s), title.replace("{set}", s), scale, digits) if c == "auroc" else (c, title, scale, digits)
@@ -280,8 +275,8 @@ def skipped_sets(runs: pd.DataFrame) -> list[str]:
 
 
 def paper_table(store, runs, summary, published: str, in_distribution: str | None = None, echo=print) -> list:
-    """Write and print the runs beside a published table (see bench.paper)."""
-    from bench.paper import format_markdown, write_paper_table
+    """Write and print the runs beside a published table (see bench.reporting.paper)."""
+    from bench.reporting.paper import format_markdown, write_paper_table
     table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
     echo(format_markdown(table))
     return files

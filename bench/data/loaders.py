@@ -20,14 +20,14 @@ import os
 import pickle
 import socket
 import struct
+import typing
 from pathlib import Path
 
 import numpy as np
 import torch
 import torchvision
 
-from bench import ood_sets
-from bench.config import Protocol
+from bench.data import ood_sets
 from bench.errors import DataError
 
 DATA_DIR_ENV = "DARE_BENCH_DATA"
@@ -56,6 +56,18 @@ CIFAR10_TEST_MD5 = dict(CIFAR10.test_list)["test_batch"]
 DOWNLOAD_TIMEOUT_S = 60
 OPTIONAL_OOD_SETS = ood_sets.OPTIONAL  # skipped with a note when unavailable; the others are required
 CIFAR10_FULL_SIZE = 30_000_000  # a test_batch this large claims to be the official file: check its md5
+
+
+class DataProtocol(typing.Protocol):
+    """What loading reads of a run's protocol (bench.config.Protocol has it all; the data stage
+    sits below the config, so it names only these fields)."""
+    id_dataset: str
+    ood_sets: tuple[str, ...]
+    n_classes: int
+    val_size: int
+    preprocess: str
+
+    def split_seed_for(self, seed: int) -> int: ...
 
 
 def resolve_data_dir(flag: str | None) -> Path:
@@ -248,7 +260,7 @@ def preprocessor(kind: str, x_train: torch.Tensor):
     raise ValueError(f"unknown preprocess {kind!r}")
 
 
-def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True, seed: int = 0) -> BenchData:
+def load_benchmark_data(protocol: DataProtocol, root: Path, download: bool = True, seed: int = 0) -> BenchData:
     """The data of a run with this protocol and seed (the seed matters only for split_seed=run)."""
     return _load_benchmark_data(protocol, root, download, protocol.split_seed_for(seed))
 
@@ -256,7 +268,7 @@ def load_benchmark_data(protocol: Protocol, root: Path, download: bool = True, s
 # a grid reuses one protocol's (and split's) tensors across its runs; a pack may hold the five seeds'
 # splits of the paper protocol (split_seed = run), about 260 MB each
 @functools.lru_cache(maxsize=6)
-def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_seed: int) -> BenchData:
+def _load_benchmark_data(protocol: DataProtocol, root: Path, download: bool, split_seed: int) -> BenchData:
     train_img, train_y, classes = load_images(root, protocol.id_dataset, True, download)
     test_img, test_y, _ = load_images(root, protocol.id_dataset, False, download)
     ood, skipped = {}, {}
@@ -293,7 +305,7 @@ def _load_benchmark_data(protocol: Protocol, root: Path, download: bool, split_s
 
 def ood_images(root: Path, name: str, id_test_images: torch.Tensor, download: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """An OOD set's images (N, 28, 28) floats in 0-255 and labels: a generated set (``bench.ood_sets``,
+    """An OOD set's images (N, 28, 28) floats in 0-255 and labels: a generated set (``bench.data.ood_sets``,
     labels -1) made from the ID test images, or a loaded one (load_ood_images)."""
     if name in ood_sets.GENERATED:
         images = torch.from_numpy(ood_sets.generate(name, id_test_images.numpy()))

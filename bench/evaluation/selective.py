@@ -23,6 +23,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench.evaluation.calibration import smooth_ece
+from bench.evaluation.columns import score_key, selective_column
+
 COVERAGES = (0.8, 0.9, 0.95)  # the selective-risk-at-coverage columns
 
 
@@ -76,24 +79,10 @@ def risk_at_coverage(curve: dict[str, np.ndarray], coverage: float) -> float:
     return float(curve["selective_risk"][reaching[-1]])
 
 
-def reliability_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int) -> dict[str, np.ndarray]:
-    """Per equal-width bin (lo, hi] of the confidence (the ECE's bins, bench.metrics.ece): the count,
-    the mean confidence and the accuracy (nan in an empty bin)."""
-    confidence = np.asarray(confidence, dtype=np.float64)
-    correct = np.asarray(correct, dtype=np.float64)
-    from bench.metrics import confidence_bins
-    bins = confidence_bins(confidence, n_bins)
-    count = np.bincount(bins, minlength=n_bins).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return {"count": count, "confidence": np.bincount(bins, confidence, n_bins) / count,
-                "accuracy": np.bincount(bins, correct, n_bins) / count}
-
-
 def run_selective(arrays: dict[str, np.ndarray]) -> list[dict]:
     """One row per confidence score of a run's cached arrays (predictions/<run_id>.npz): the
     confidence is minus each per-sample ID score (max mean probability, -predictive entropy,
     -mutual information, -the method's own score), the errors are the mean prediction's mistakes."""
-    from bench.metrics import score_key
     errors = (arrays["id_pred"] != arrays["id_label"]).astype(np.float64)
     scores = [key[len("id_"):] for key in arrays if key.startswith("id_") and key not in NOT_SCORES]
     rows = []
@@ -108,22 +97,9 @@ def run_selective(arrays: dict[str, np.ndarray]) -> list[dict]:
     return rows
 
 
-def smooth_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
-    """The smooth ECE of a confidence in [0, 1] against correctness (relplot, Błasiok & Nakkiran
-    2023, "Smooth ECE: principled reliability diagrams via kernel smoothing"): no bins; the
-    kernel's bandwidth is chosen by the data."""
-    import relplot
-    return float(relplot.smECE(np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.int64)))
-
-
 MAX_PROB = "one_minus_max_prob"  # the score whose negative ranks like the max mean probability
 NOT_SCORES = ("id_pred", "id_label", "id_conf", "id_p_true")  # the other id_ arrays are per-sample OOD scores
 METRICS = ("aurc", "eaurc", "augrc", *(risk_at_name(c) for c in COVERAGES), "smece")
-
-
-def selective_column(metric: str, score: str) -> str:
-    """'augrc', 'one_minus_max_prob' -> 'augrc_one_minus_max_prob' (the confidence is minus the score)."""
-    return f"{metric}_{score}"
 
 
 def selective_table(runs, load_arrays) -> pd.DataFrame:

@@ -8,118 +8,14 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-ECE_BINS = 15
+from bench.evaluation.calibration import ece
+from bench.evaluation.columns import ood_column, uncertainty_column
+from bench.evaluation.selective import selective_metrics
+
 NLL_CLAMP = 1e-12  # probabilities are clamped before the log so one confident mistake stays finite
-SUM_TOLERANCE = 1e-4  # predicted probabilities must sum to 1 over classes within this
-OOD_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
-PRIMARY = "primary"  # the score column of each run's own primary score (tables and plots)
-
-
-# -- column names: the one place that makes and reads them -----------------------------------
-
-def ood_column(metric: str, score: str, ood_set: str) -> str:
-    """'auroc', 'pred_entropy', 'mnist' -> 'auroc_pred_entropy_vs_mnist'."""
-    return f"{metric}_{score}_vs_{ood_set}"
-
-
-def read_ood_column(column: str) -> tuple[str, str, str] | None:
-    """'auroc_pred_entropy_vs_mnist' -> ('auroc', 'pred_entropy', 'mnist'); None for any other column."""
-    head, sep, ood_set = column.rpartition("_vs_")
-    metric = next((m for m in sorted(OOD_METRICS, key=len, reverse=True) if head.startswith(f"{m}_")), None)
-    if not sep or not ood_set or metric is None or len(head) == len(metric) + 1:
-        return None
-    return metric, head[len(metric) + 1:], ood_set
-
-
-def score_key(score: str, ood_set: str | None = None) -> str:
-    """The per-sample scores' array name in predictions/<run_id>.npz: 'id_<score>' or 'ood_<set>_<score>'."""
-    return f"id_{score}" if ood_set is None else f"ood_{ood_set}_{score}"
-
-
-def uncertainty_column(name: str, ood_set: str | None = None) -> str:
-    """Mean uncertainty in bits: 'id_pred_entropy_bits', or 'ood_<set>_pred_entropy_bits'."""
-    return f"{'id' if ood_set is None else f'ood_{ood_set}'}_{name}_bits"
-
-
-def scored_sets(runs, added: bool = True) -> list[str]:
-    """The OOD sets of these runs that have metric columns (a skipped set has none): the protocol's
-    (``ood_sets``) first, then, unless not ``added``, those ``bench evaluate`` added (``scored_ood_sets``)."""
-    scored = {parsed[2] for parsed in map(read_ood_column, runs.columns) if parsed}
-    columns = ("ood_sets", "scored_ood_sets") if added else ("ood_sets",)
-    named = dict.fromkeys(s for column in columns for value in runs.get(column, [])
-                          if isinstance(value, str) for s in value.split())
-    return [s for s in named if s in scored]
-
-
-def with_primary(runs, sets: list[str], metric: str = "auroc"):
-    """The runs plus a column ood_column(metric, PRIMARY, set) per set: each run's metric by the
-    score its method is reported with (its ``primary_score``)."""
-    return runs.assign(**{ood_column(metric, PRIMARY, s): [r.get(ood_column(metric, r["primary_score"], s), np.nan)
-                                                           for _, r in runs.iterrows()] for s in sets})
-
-
-def ood_table(runs):
-    """The OOD results in long form, one row per (run, score, OOD set): run_id, method, variant,
-    seed, candidate_of (the selections a run is a candidate of), score, ood_set and one column per
-    metric (the shape OpenOOD's evaluator returns)."""
-    import pandas as pd
-    ids = ["run_id", "method", "variant", "seed", "candidate_of"]
-    keys = [*ids, "score", "ood_set"]
-    columns = {c: read_ood_column(c) for c in runs.columns}
-    columns = {c: parsed for c, parsed in columns.items() if parsed and parsed[1] != PRIMARY}
-    if runs.empty or not columns:
-        return pd.DataFrame(columns=keys + list(OOD_METRICS))
-    runs = runs.assign(candidate_of=runs["candidate_of"].fillna("") if "candidate_of" in runs else "")
-    long = runs[[*ids, *columns]].melt(id_vars=ids, var_name="column").dropna(subset=["value"])
-    parsed = long["column"].map(columns)
-    long = long.assign(metric=parsed.str[0], score=parsed.str[1], ood_set=parsed.str[2])
-    table = long.pivot_table(index=keys, columns="metric", values="value", sort=False).reset_index()
-    table.columns.name = None
-    table = table.sort_values(["method", "variant", "seed", "score", "ood_set"], kind="stable")
-    return table[keys + [m for m in OOD_METRICS if m in table]].reset_index(drop=True)
 
 
 # -- the contract a method's predictions must meet before any metric is computed -------------
-
-class InvalidPredictions(ValueError):
-    """A method's predictions or own scores break the contract (one line: what and where).
-    ``nonfinite``: the values are not finite, i.e. the numbers diverged (a result, not a bug)."""
-
-    def __init__(self, reason: str, nonfinite: bool = False):
-        super().__init__(reason)
-        self.nonfinite = nonfinite
-
-
-def check_probabilities(probs, n: int, classes: int, what: str = "predictions") -> None:
-    """(samples, n, classes) array, finite, in [0, 1], each row summing to 1 within SUM_TOLERANCE."""
-    if not isinstance(probs, np.ndarray):
-        raise InvalidPredictions(f"{what}: a {type(probs).__name__}, not a numpy array")
-    if probs.ndim != 3 or probs.shape[0] < 1 or probs.shape[1:] != (n, classes):
-        raise InvalidPredictions(f"{what}: shape {probs.shape}, expected (samples, {n}, {classes})")
-    if probs.size == 0:  # e.g. no validation split
-        return
-    bad = ~np.isfinite(probs)
-    if bad.any():
-        raise InvalidPredictions(f"{what}: {int(bad.sum())} non-finite values", nonfinite=True)
-    if probs.min() < 0 or probs.max() > 1:
-        raise InvalidPredictions(f"{what}: values outside [0, 1] (min {probs.min():.4g}, max {probs.max():.4g}); "
-                                 "probabilities expected, not logits")
-    off = np.abs(probs.astype(np.float64).sum(axis=-1) - 1.0)
-    if off.max() > SUM_TOLERANCE:
-        raise InvalidPredictions(f"{what}: rows do not sum to 1 over classes (off by up to {off.max():.3g}, "
-                                 f"tolerance {SUM_TOLERANCE:g})")
-
-
-def check_own_scores(scores, n: int, what: str = "own scores") -> None:
-    """Every own score a finite (n,) array."""
-    if not isinstance(scores, dict):
-        raise InvalidPredictions(f"{what}: a {type(scores).__name__}, not a dict of name -> (N,) array")
-    for name, values in scores.items():
-        if not isinstance(values, np.ndarray) or values.shape != (n,):
-            raise InvalidPredictions(f"{what}: {name} has shape {getattr(values, 'shape', None)}, expected ({n},)")
-        if not np.isfinite(values).all():
-            raise InvalidPredictions(f"{what}: {name} has {int((~np.isfinite(values)).sum())} non-finite values",
-                                     nonfinite=True)
 
 
 def entropy_bits(p: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -154,27 +50,6 @@ def brier(mean_probs: np.ndarray, labels: np.ndarray) -> float:
     """Brier score summed over classes, averaged over samples (range [0, 2])."""
     onehot = np.eye(mean_probs.shape[1])[labels]
     return float(((mean_probs - onehot) ** 2).sum(axis=1).mean())
-
-
-def ece(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = ECE_BINS) -> float:
-    """Expected calibration error, equal-width bins (lo, hi] on the max mean-probability."""
-    return binned_ece(mean_probs.max(axis=1), mean_probs.argmax(axis=1) == labels, n_bins)
-
-
-def confidence_bins(conf: np.ndarray, n_bins: int) -> np.ndarray:
-    """Each confidence's bin among ``n_bins`` equal-width bins (lo, hi] of [0, 1]."""
-    return np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
-
-
-def binned_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
-    """The ECE of confidences and their 0/1 correctness (``ece`` from cached per-sample values)."""
-    bins = confidence_bins(conf, n_bins)
-    total = 0.0
-    for b in range(n_bins):
-        in_bin = bins == b
-        if in_bin.any():
-            total += in_bin.mean() * abs(correct[in_bin].mean() - conf[in_bin].mean())
-    return float(total)
 
 
 def ood_metrics(score_id: np.ndarray, score_ood: np.ndarray) -> dict[str, float]:
@@ -237,8 +112,7 @@ SHIFT_METRICS = ("acc", "nll_nats", "brier", "ece", "pred_entropy_bits", "mutual
 def shift_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """One shifted test set's SHIFT_METRICS: accuracy, NLL, Brier and ECE of the mean prediction,
     mean predictive entropy and mutual information (bits), and the AUGRC of abstaining by the
-    maximum mean probability (bench.selective)."""
-    from bench.selective import selective_metrics
+    maximum mean probability (bench.evaluation.selective)."""
     mean = np.asarray(probs, dtype=np.float64).mean(axis=0)
     decomposition = uncertainty_decomposition(probs)
     return {"acc": accuracy(mean, labels), "nll_nats": nll(mean, labels), "brier": brier(mean, labels),

@@ -2,7 +2,7 @@
 
 (a) the seed example's loop: torchvision DataLoader + ToTensor (PIL per image), members one after
     another, torch.nn layers;
-(b) this harness's loop (bench.train), members stacked;
+(b) this harness's loop (bench.training.loop), members stacked;
 (c) the machine's fp32 matrix-multiply peak (torch.mm on large square matrices);
 (d) torch-uncertainty's deep ensemble, when that optional peer is installed;
 (e) with --networks: packs of N one-member networks (after one untimed epoch of the smallest pack,
@@ -23,10 +23,10 @@ import torch
 from torch import nn
 
 from bench.config import make_protocol
-from bench.data import DATASET_CLASSES, load_benchmark_data
+from bench.data.loaders import DATASET_CLASSES, load_benchmark_data
 from bench.models import training_flops_per_sample
 from bench.options import option, parse_int
-from bench.train import train
+from bench.training.loop import train
 from methods.deep_ensemble import DeepEnsemble
 
 
@@ -101,7 +101,7 @@ def time_seed_loop(work: Work, root: Path, seed: int = 0) -> float:
 
 
 def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 0) -> tuple[float, float]:
-    """(b) bench.train on the same work. Returns (train seconds, one-off data decode seconds)."""
+    """(b) bench.training.loop on the same work. Returns (train seconds, one-off data decode seconds)."""
     start = time.perf_counter()
     protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
                               "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
@@ -117,9 +117,9 @@ def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 
 
 def time_pack(work: Work, root: Path, device: torch.device, networks: int) -> float:
     """(e) one pack of ``networks`` one-member deep ensembles (seeds 0..networks-1) trained as one
-    stacked computation (bench.train.train_pack). Returns the training seconds."""
-    from bench.packs import packed_method
-    from bench.train import train_pack
+    stacked computation (bench.training.loop.train_pack). Returns the training seconds."""
+    from bench.training.packs import packed_method
+    from bench.training.loop import train_pack
     protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
                               "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
                               "early_stop_acc": None})
@@ -263,7 +263,7 @@ def run_perf(work: Work, root: Path, out_dir: Path, device: torch.device, skip_s
 
     log("timing (b) harness loop ...")
     harness_s, load_s = time_harness_loop(work, root, device)
-    add("harness", harness_s, f"bench.train, members stacked, device {device}; data decode {load_s:.1f} s once")
+    add("harness", harness_s, f"bench.training.loop, members stacked, device {device}; data decode {load_s:.1f} s once")
     if skip_seed_loop:
         add("seed_loop", None, "skipped (--skip-seed-loop)")
     else:

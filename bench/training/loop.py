@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bench.config import Protocol
-from bench.data import Split
+from bench.data.loaders import Split
 from bench.models import StackedMLP
 from bench.seeding import member_generator
 from methods.base import Batch, Method
@@ -107,7 +107,7 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
     state, early stop, checkpoint and non-finite handling, so each run's result equals its result
     trained alone. ``data`` and ``val``: one split for every run, or one per run (seeds whose splits
     differ, split_seed = run). ``packed`` is the runs' method with the options that differ between
-    them as per-network tensors (``bench.packs.packed_method``). Returns per run its TrainResult, or
+    them as per-network tensors (``bench.training.packs.packed_method``). Returns per run its TrainResult, or
     the Diverged of a run whose loss or parameters went non-finite (the other runs go on untouched).
     ``seconds`` of each result is the pack's training time shared by network-epochs (a diverged
     run's share included in the whole)."""

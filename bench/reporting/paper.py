@@ -18,9 +18,9 @@ import pandas as pd
 
 from bench.config import Protocol, named_file
 from bench.errors import ConfigError
-from bench.metrics import ood_column
+from bench.evaluation.columns import ood_column
 
-PUBLISHED_DIR = Path(__file__).with_name("published")
+PUBLISHED_DIR = Path(__file__).parent.parent / "published"
 PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
 ACCURACY = "ID accuracy"
 
@@ -53,7 +53,7 @@ def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution:
                 runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tidy comparison: one row per (config, quantity). Percent units throughout. With ``runs`` (the
     runs behind the summary), each row also gets its paired difference to the DE (NLL) and DE (MSE)
-    rows of its protocol over the seeds both finished (bench.paired): ``vs_de_nll_mean``, ``_low``,
+    rows of its protocol over the seeds both finished (bench.reporting.paired): ``vs_de_nll_mean``, ``_low``,
     ``_high``, ``_n``, ``_real`` and the same for ``vs_de_mse``."""
     published = published[published["in_distribution"] == in_distribution]
     if summary.empty or "id_dataset" not in summary:
@@ -111,7 +111,7 @@ def _text(value) -> str:
 
 def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol: list[str], column: str) -> dict:
     """The row's paired differences (percent) to each REFERENCE_LABELS row of its protocol."""
-    from bench.paired import pair
+    from bench.reporting.paired import pair
 
     def runs_of(r: pd.Series) -> pd.DataFrame:
         same = (runs["variant"] == r["variant"]) & (runs["id_dataset"] == r["id_dataset"])
@@ -158,7 +158,7 @@ def _cell(mean: float, std: float, n) -> str:
 
 def _paired_cell(r: pd.Series, key: str) -> str:
     """'+1.2 [+0.4, +2.0] *' (percent points; * when the 95 % interval excludes 0), '-' without a pair."""
-    from bench.paired import format_difference
+    from bench.reporting.formatting import format_difference
     mean = r.get(f"{key}_mean", math.nan)
     if mean != mean:
         return "-"

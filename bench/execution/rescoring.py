@@ -1,6 +1,6 @@
 """Score stored runs again from their kept weights (``OUT/weights/<run_id>.pt``, written by
-``--save-weights``), without retraining: the current evaluators, more OOD sets (``bench.ood_sets``)
-and the shift suite (``bench.shifts``). ``python -m bench evaluate`` is the command.
+``--save-weights``), without retraining: the current evaluators, more OOD sets (``bench.data.ood_sets``)
+and the shift suite (``bench.data.shifts``). ``python -m bench evaluate`` is the command.
 
 Each run is predicted again exactly as it was after training (``runner.predict_splits``: the
 same order, the same MC-dropout seed), so its stored metrics come back bit for bit; the record says
@@ -21,12 +21,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from bench import ood_sets, provenance, shifts
+from bench.data import ood_sets, shifts
+from bench import provenance
 from bench.config import make_protocol, make_run_config
-from bench.data import BenchData, OodUnavailable, load_benchmark_data, load_images, ood_images, prepared_split
+from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, load_images, ood_images, prepared_split
 from bench.errors import BenchError, ConfigError, DataError
-from bench.metrics import evaluate, shift_metrics
-from bench.runner import plot_arrays, predict_split, predict_splits
+from bench.evaluation.metrics import evaluate, shift_metrics
+from bench.execution.runner import plot_arrays, predict_split, predict_splits
 from bench.store import CorruptRecord, RunStore, parse_skipped
 from methods.base import ReferenceFailed
 
@@ -55,11 +56,6 @@ class Evaluated:
     ood_sets: list[str]
     skipped: dict[str, str]
     shift_sets: int       # (shift, level) pairs scored
-
-
-def id_datasets(records: list[dict]) -> list[str]:
-    """The in-distribution datasets of a folder's records."""
-    return sorted({r["config"]["protocol"]["id_dataset"] for r in records if "protocol" in r.get("config", {})})
 
 
 def parse_ood_sets(text: str | None, id_datasets: list[str]) -> list[str]:

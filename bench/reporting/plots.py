@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from sklearn.metrics import roc_curve  # noqa: E402
 
-from bench.metrics import PRIMARY, ood_column, score_key, scored_sets, with_primary  # noqa: E402
+from bench.evaluation.columns import PRIMARY, ood_column, score_key, scored_sets, with_primary  # noqa: E402
 from bench.store import RunStore  # noqa: E402
 
 # every file plot_all writes matches one of these (a new report replaces them all)
@@ -175,8 +175,8 @@ def _top_uncertain(path: Path, title: str, variant: str, seed: int, arr: dict, c
 def _reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
     """Per variant: accuracy per confidence bin (the ECE's 15 bins) as mean ± sd over seeds, against
     the diagonal, the gap shaded; beneath, the share of test samples per bin."""
-    from bench.metrics import ECE_BINS
-    from bench.selective import reliability_bins
+    from bench.evaluation.calibration import ECE_BINS
+    from bench.evaluation.calibration import reliability_bins
     edges = np.linspace(0, 1, ECE_BINS + 1)
     centers, width = (edges[:-1] + edges[1:]) / 2, 1 / ECE_BINS
     cols = min(len(variants), 4)
@@ -222,8 +222,8 @@ def _reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path
 
 def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Path:
     """Selective risk against coverage per variant (confidence: the max mean probability), the mean
-    over seeds of each seed's RC curve read at a grid of coverages (bench.selective)."""
-    from bench.selective import rc_curve, risk_at_coverage
+    over seeds of each seed's RC curve read at a grid of coverages (bench.evaluation.selective)."""
+    from bench.evaluation.selective import rc_curve, risk_at_coverage
     grid = np.linspace(0.05, 1, 96)
     fig, ax = plt.subplots(figsize=(6, 4.6))
     for variant in variants:
@@ -249,9 +249,9 @@ def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Pa
 
 
 def forest_plot(path: Path, title: str, differences: pd.DataFrame) -> Path | None:
-    """The paired differences of a protocol (bench.paired, one panel per metric): one line per row,
+    """The paired differences of a protocol (bench.reporting.paired, one panel per metric): one line per row,
     its mean and 95 % t-interval over seeds against the zero of its reference."""
-    from bench.paired import PAIRED, auroc_set
+    from bench.reporting.paired import PAIRED, auroc_set
     if differences.empty:
         return None
     metrics = list(dict.fromkeys(differences["metric"]))
@@ -332,7 +332,7 @@ def shift_curves(path: Path, title: str, shift: pd.DataFrame, clean: pd.DataFram
     """Each metric against shift intensity, one line per variant, mean ± sd over seeds (band): rows
     rotation, translation and the mean over the MNIST-C corruptions that have severities. Level 0
     is the clean test split (the runs' own ID metrics)."""
-    from bench.shifts import SHIFTS
+    from bench.data.shifts import SHIFTS
     rows = [("rotation", "rotation (degrees)"), ("translation", "cyclic translation (pixels)"),
             ("mnist_c", "MNIST-C severity\n(mean over the graded corruptions)")]
     rows = [(family, label) for family, label in rows if (shift["family"] == family).any()]
@@ -341,7 +341,7 @@ def shift_curves(path: Path, title: str, shift: pd.DataFrame, clean: pd.DataFram
     graded = [n for n, s in SHIFTS.items() if s.family != "mnist_c" or s.unit]
     per_run = (shift[shift["shift"].isin(graded)].groupby(["family", "variant", "run_id", "seed", "level"], sort=False)
                [[m for m, _ in SHIFT_PANELS]].mean().reset_index())  # MNIST-C: the mean over corruptions
-    from bench.robustness import CLEAN
+    from bench.reporting.shift_tables import CLEAN
     clean_rows = clean[clean["run_id"].isin(shift["run_id"])].rename(columns={v: k for k, v in CLEAN.items()})
     fig, axes = plt.subplots(len(rows), len(SHIFT_PANELS), figsize=(3.1 * len(SHIFT_PANELS), 2.7 * len(rows)),
                              squeeze=False)
@@ -397,9 +397,9 @@ def shift_heatmaps(path: Path, title: str, table: pd.DataFrame) -> Path:
 def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path, seed: int = 0) -> Path:
     """One ID test image of each ID dataset in the folder under every shift and level (a row per
     shift), and the generated OOD sets' first image."""
-    from bench import ood_sets, shifts
-    from bench.data import load_images
-    from bench.rescore import id_datasets
+    from bench.data import ood_sets, shifts
+    from bench.data.loaders import load_images
+    from bench.store import id_datasets
     records, _ = store.scan()
     datasets = id_datasets(records)
     names = names or list(shifts.SHIFTS)
@@ -438,7 +438,7 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
 
 
 def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
-    """A star design (bench.star.setting_summary) as a forest plot, one line per setting grouped
+    """A star design (bench.design.star.setting_summary) as a forest plot, one line per setting grouped
     by choice, the base on top and shaded: per compared method, against each setting's first OOD
     set (a setting that changes the ID dataset changes it), both methods' AUROC (mean over seeds), the paired AUROC difference and the accuracy difference with their 95 %
     t-intervals (red: the interval excludes 0); the base's difference as a dotted line."""

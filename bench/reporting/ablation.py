@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from bench.metrics import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
-from bench.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
+from bench.evaluation.columns import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
+from bench.reporting.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
 from bench.store import without_candidates  # noqa: E402
 
 # (column, title); AUROC_PRIMARY stands for each run's AUROC by its method's own score vs the first OOD set

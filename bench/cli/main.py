@@ -1,6 +1,6 @@
 """Command line: ``python -m bench {run,ablate,list,report,evaluate,paper-table,perf}`` (also installed as
 ``dare-bench``). Each command validates its input and hands over to ``bench.api`` (grids),
-``bench.report`` (tables and plots) or ``bench.ablation``."""
+``bench.reporting.report`` (tables and plots) or ``bench.reporting.ablation``."""
 from __future__ import annotations
 
 import argparse
@@ -12,12 +12,12 @@ import torch
 
 from bench import api
 from bench.config import make_execution, make_protocol, make_run_config, protocol_help
-from bench.data import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
+from bench.data.loaders import DATA_DIR_ENV, DEFAULT_DATA_DIR, resolve_data_dir
 from bench.errors import BenchError, ConfigError
-from bench.grid import available_presets, load_preset
+from bench.config import available_presets, load_preset
 from bench.options import describe
-from bench.packs import MAX_AUTO_NETWORKS
-from bench.report import paper_table, report_folder
+from bench.training.packs import MAX_AUTO_NETWORKS
+from bench.reporting.report import paper_table, report_folder
 from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
 
 RESULTS = api.RESULTS
@@ -147,7 +147,7 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     evaluate.add_argument("--no-plots", action="store_true", help="write only the tables")
     evaluate.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
-    from bench.paper import available_tables
+    from bench.reporting.paper import available_tables
     paper = command("paper-table", help="the runs in OUT beside a published table (CSV, Markdown, PNG)",
                     description="Rows: the configs in OUT whose in-distribution set matches, matched to "
                     "the published rows by method label (DE (NLL), DE (MSE), DARE, ...). Columns: ID "
@@ -362,7 +362,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from bench.ablation import config_axes, write_ablation
+    from bench.reporting.ablation import config_axes, write_ablation
     plan = plan_from(args)
     if plan.star is not None:
         return star_ablation(plan, args)
@@ -387,7 +387,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 def star_ablation(plan: api.Plan, args: argparse.Namespace) -> int:
     """ablate --design star: the base and its settings, then the star's tables and forest plot (the
     folder's report gets its tables only: one plot set per setting's protocol would be dozens)."""
-    from bench.star import BASE, SCORE_KNOB, write_star
+    from bench.design.star import BASE, SCORE_KNOB
+    from bench.reporting.star_tables import write_star
     if args.dry_run:
         table = api.dry_run(plan, args.force).drop_duplicates("run_id").set_index("run_id")
         for setting in plan.star.settings:
@@ -440,7 +441,7 @@ def cmd_list(_args) -> int:
         print(f"  --{opt.replace('_', '-')} = {default!r}  ({allowed}) {help_text}")
     print("OOD sets (--ood-sets), per in-distribution set: "
           + "; ".join(f"{k}: {', '.join(v)} (default {v[0]})" for k, v in OOD_SETS.items()))
-    from bench import ood_sets, shifts
+    from bench.data import ood_sets, shifts
     for name, spec in ood_sets.SETS.items():
         print(f"  {name} [{spec.group} OOD{', optional' if spec.optional else ''}]: {spec.description}")
     print("shifts (`evaluate --shifts`), by family:")
@@ -454,9 +455,9 @@ def cmd_list(_args) -> int:
 
 
 def cmd_perf(args) -> int:
-    from bench.data import load_images
+    from bench.data.loaders import load_images
     from bench.options import validate
-    from bench.perf import Work, format_perf, run_perf
+    from bench.training.perf import Work, format_perf, run_perf
 
     preset = load_preset(args.preset)[1] if args.preset else {}
     # the work of a preset: its MLP, batch size and dataset, and its deep ensemble's member count
@@ -475,7 +476,7 @@ def cmd_perf(args) -> int:
                 hidden=protocol.hidden, dataset=protocol.id_dataset, preset=args.preset or "", **peak)
     if args.networks:
         from bench.options import parse_int_tuple
-        from bench.perf import format_pack_perf, run_pack_perf
+        from bench.training.perf import format_pack_perf, run_pack_perf
         try:
             networks = [n for n in parse_int_tuple(args.networks.replace(",", "-"))]
         except ValueError:
@@ -505,12 +506,13 @@ def cmd_report(args) -> int:
     n_boot, boot_seed = (_count(args.bootstrap, "--bootstrap", 0), _count(args.bootstrap_seed, "--bootstrap-seed", 0))
     store, runs, keys = open_results(args.out)
     report_folder(store, runs, keys, plots=not args.no_plots)
-    from bench.star import DESIGN_FILE, write_star
+    from bench.design.star import DESIGN_FILE
+    from bench.reporting.star_tables import write_star
     if (store.out / DESIGN_FILE).is_file():  # a star design's folder: its tables and forest plot too
         for path in write_star(store.out, runs, plots=not args.no_plots, title=f"star design: {store.out.name}"):
             print(f"wrote {path}")
     if n_boot:
-        from bench.report import write_bootstrap
+        from bench.reporting.report import write_bootstrap
         table = write_bootstrap(store, runs, keys, n_boot, boot_seed)
         real = int(table["real"].sum()) if len(table) else 0
         print(f"paired bootstrap over test samples ({n_boot} resamples, seed {boot_seed}): {len(table)} "
@@ -545,7 +547,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_paper_table(args) -> int:
-    from bench.paper import load_published
+    from bench.reporting.paper import load_published
     from bench.store import summarize, without_candidates
     load_published(args.published)  # a bad name fails before anything is read
     store, runs, keys = open_results(args.out)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import ood_sets
-from bench.metrics import ood_column, scored_sets
-from bench.paired import format_difference, pair
-from bench.report import mean_std
-from bench.shifts import SHIFTS
+from bench.data import ood_sets
+from bench.evaluation.columns import ood_column, scored_sets
+from bench.reporting.paired import pair
+from bench.reporting.formatting import format_difference
+from bench.reporting.formatting import mean_std
+from bench.data.shifts import SHIFTS
 
 # (shift.csv metric, title, scale, digits): the summary's and the paired table's columns
 SHIFT_COLUMNS = [("acc", "acc", 100, 1), ("nll_nats", "NLL", 1, 3), ("ece", "ECE", 1, 3), ("augrc", "AUGRC", 1, 4),
@@ -145,7 +146,7 @@ def format_corruption_table(table: pd.DataFrame, metric: str = "acc", scale: flo
 
 def shift_paired(shift: pd.DataFrame, runs: pd.DataFrame, references: dict[str, str]) -> pd.DataFrame:
     """Each row's paired difference to its reference (``references``: variant -> reference variant,
-    as bench.paired chose it) under every shift at its table level and on the clean split: variant,
+    as bench.reporting.paired chose it) under every shift at its table level and on the clean split: variant,
     reference, shift, metric, n, mean, low, high, real, note."""
     rows = table_level_rows(shift)
     clean = runs[(runs["status"] == "ok") & runs["run_id"].isin(shift["run_id"])].rename(

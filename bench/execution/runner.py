@@ -11,18 +11,13 @@ import torch
 
 from bench import provenance
 from bench.config import Execution, RunConfig
-from bench.data import BenchData
-from bench.metrics import (
-    InvalidPredictions,
-    check_own_scores,
-    check_probabilities,
-    evaluate,
-    ood_column,
-    score_key,
-)
+from bench.data.loaders import BenchData
+from bench.evaluation.metrics import evaluate
+from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
+from bench.evaluation.columns import ood_column, score_key
 from bench.models import training_flops_per_sample
-from bench.packs import packed_method
-from bench.train import Diverged, train, train_pack
+from bench.training.packs import packed_method
+from bench.training.loop import Diverged, train, train_pack
 from methods.base import DEFAULT_SCORE, ReferenceFailed
 
 TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
@@ -37,7 +32,7 @@ def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution
 def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progress: bool = True,
              execution: Execution = Execution(), references: list[dict[str, dict]] | None = None,
              save_weights=None) -> list[tuple[dict, dict | None]]:
-    """Train a pack of runs (``bench.packs``: one protocol; one run alone is a pack of one) as one
+    """Train a pack of runs (``bench.training.packs``: one protocol; one run alone is a pack of one) as one
     stacked computation, then evaluate each. ``data``: the runs' data, one BenchData for all or one
     per run (seeds with their own splits). ``references[i]`` are the finished
     records of the runs that ``configs[i].references()`` names. Returns per run (record, arrays

@@ -27,7 +27,7 @@ SCORE = "val_nll_nats"  # the validation NLL of the member-averaged softmax
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """One selection: a grid item (``bench.grid.GridItem``) of kind "selection"."""
+    """One selection: a grid item (``bench.design.grid.GridItem``) of kind "selection"."""
     kind: ClassVar[str] = "selection"
     method: str
     fixed: dict[str, Any]                          # options that do not vary

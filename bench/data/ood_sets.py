@@ -8,7 +8,7 @@ pixel blocks are shuffled (every pixel value and local patch kept, the shape gon
 CIFAR-10 (natural photographs), the noise and constant images, and inverted ID images (the same
 shapes, the polarity of every pixel flipped).
 
-Loaded sets are test splits read from files (``bench.data``); CIFAR-10 is optional (skipped with
+Loaded sets are test splits read from files (``bench.data.loaders``); CIFAR-10 is optional (skipped with
 a recorded note when absent). Generated sets are made from the ID test split (10,000 images), each
 from its own seeded stream: (``SEED``, the set's name); the seed is recorded with every run.
 """

@@ -19,7 +19,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from bench.metrics import ECE_BINS, NLL_CLAMP, binned_ece, ood_column, ood_metrics, score_key
+from bench.config import REFERENCE_METHOD
+from bench.evaluation.metrics import NLL_CLAMP, ood_metrics
+from bench.evaluation.calibration import ECE_BINS, binned_ece
+from bench.evaluation.columns import ood_column, score_key
 
 LEVEL = 0.95
 
@@ -66,17 +69,6 @@ def _list(seeds: list) -> str:
     return ", ".join(map(str, seeds))
 
 
-def format_difference(result: dict, scale: float = 1.0, digits: int = 3) -> str:
-    """'+0.012 [+0.004, +0.020] *' (the mark when the interval excludes 0); '-' without pairs."""
-    if not result["n"] or pd.isna(result["mean"]):
-        return "-"
-    mean = f"{result['mean'] * scale:+.{digits}f}"
-    if pd.isna(result["low"]):
-        return f"{mean} (n={result['n']})"
-    return (f"{mean} [{result['low'] * scale:+.{digits}f}, {result['high'] * scale:+.{digits}f}]"
-            + (" *" if result["real"] else ""))
-
-
 AUROC_PREFIX = "auroc_vs_"  # a paired metric per OOD set: each row's AUROC by its own score
 
 
@@ -90,7 +82,6 @@ def auroc_set(metric: str) -> str | None:
     return metric.removeprefix(AUROC_PREFIX) if metric.startswith(AUROC_PREFIX) else None
 
 
-REFERENCE_METHOD = "deep_ensemble"
 DEFAULT_LOSS = "ce"  # a method without a loss option trains on cross-entropy
 # (column, title, scale, digits) of the paired columns; "auroc" is per OOD set, each row by its own score
 PAIRED = [("id_acc", "Δ ID acc", 100, 2), ("id_nll_nats", "Δ NLL", 1, 3), ("id_ece", "Δ ECE", 1, 3),
@@ -150,7 +141,7 @@ def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list
 def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
     """One PAIRED metric of a run on a resample of its cached test predictions (nan when the
     cache lacks what it needs)."""
-    from bench.selective import selective_metrics
+    from bench.evaluation.selective import selective_metrics
     correct = (arrays["id_pred"] == arrays["id_label"])[id_idx]
     if metric == "id_acc":
         return float(correct.mean())

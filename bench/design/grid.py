@@ -1,7 +1,7 @@
 """A grid: a preset, ``-o`` option grids and ``--select`` tables turned into the items that a
 command runs, every one validated before anything trains.
 
-An item is either a run (``bench.config.RunConfig``) or a selection (``bench.select.Selection``,
+An item is either a run (``bench.config.RunConfig``) or a selection (``bench.design.walks.Selection``,
 one option grid walked on the validation split). Both offer the ``GridItem`` interface, so the
 executors, the dry run and the ablation treat them alike and tell them apart by ``kind``.
 """
@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import tomllib
 from typing import Any, ClassVar, Iterable, Mapping, Protocol as Interface
 
-from bench.config import PRESET_DIR, Protocol, RunConfig, make_protocol, make_run_config, named_file
+from bench.config import Protocol, RunConfig, make_protocol, make_run_config
 from bench.errors import ConfigError
 from bench.options import parse_bool
-from bench.select import Selection, parse_select_spec, same_value
+from bench.design.walks import Selection, parse_select_spec, same_value
 from methods import Method, get_method
 
 PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to", "out",
-               "design", "star"}  # design = "star" with [[star]] tables: bench.star
+               "design", "star"}  # design = "star" with [[star]] tables: bench.design.star
 OPTION_FLAG, SELECT_FLAG = "--option", "--select"
 
 
@@ -45,20 +44,6 @@ class GridItem(Interface):
     def references(self) -> dict[str, RunConfig]: ...
 
     def row(self) -> dict[str, Any]: ...
-
-
-def available_presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-
-
-def load_preset(name_or_path: str) -> tuple[str, dict[str, Any]]:
-    """A preset by name (bench/presets/NAME.toml) or path. Returns (name, values)."""
-    path = named_file(name_or_path, PRESET_DIR, ".toml", "preset")
-    try:
-        values = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"preset {path}: not valid TOML ({exc})") from None
-    return path.stem, values
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from bench.config import Execution, RunConfig
-from bench.data import load_benchmark_data
+from bench.data.loaders import load_benchmark_data
 from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
-from bench.packs import make_packs, pack_limit
-from bench.runner import run_pack
+from bench.training.packs import make_packs, pack_limit
+from bench.execution.runner import run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
 
 if TYPE_CHECKING:
-    from bench.grid import GridItem
+    from bench.design.grid import GridItem
 
 
 DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 locally) would kill a pack
@@ -30,7 +30,7 @@ DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 local
 
 def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
                   download: bool, progress: bool, plugins: tuple[Path, ...] = ()) -> list[dict]:
-    """One task, the same in every executor: a pack of runs (``bench.packs``; one protocol). Load
+    """One task, the same in every executor: a pack of runs (``bench.training.packs``; one protocol). Load
     the plugin files that define methods (a worker process starts without them), each run's data
     (cached per process and split), the records of the runs they depend on; train, evaluate, store
     each run's record as the pack ends."""
@@ -197,11 +197,11 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
              execution: Execution = Execution(), download: bool = True, progress: bool = True,
              force: bool = False, log=None) -> GridRun:
     """Run every grid item not already finished in ``store`` (all of them with force), the runs
-    that others depend on first, then walk every selection (``bench.select``). A run that ended in
+    that others depend on first, then walk every selection (``bench.design.walks``). A run that ended in
     error before is run again, and a selection that met a failed candidate is walked again."""
     from tqdm.auto import tqdm
 
-    from bench.select import Walk
+    from bench.design.walks import Walk
 
     log = log or (lambda line: tqdm.write(line))
     items = list({c.run_id: c for c in items}.values())  # a grid may name a run twice
@@ -251,7 +251,7 @@ def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]
 
 def _check_data(data_dir: Path, configs: list[RunConfig], download: bool, log) -> None:
     """Fail in the first second, not in a worker: the datasets the runs need, and their OOD sets."""
-    from bench.data import check_dataset_files, prepare_ood_sets
+    from bench.data.loaders import check_dataset_files, prepare_ood_sets
     for dataset in dict.fromkeys(c.protocol.id_dataset for c in configs):
         check_dataset_files(data_dir, dataset, download)
     for name, why in prepare_ood_sets(data_dir, (s for c in configs for s in c.protocol.ood_sets), download).items():
@@ -272,7 +272,7 @@ class _Runner:
     done_now: set = dataclasses.field(default_factory=set)
 
     def __call__(self, batch: list[RunConfig]) -> None:
-        from bench.runner import run_line
+        from bench.execution.runner import run_line
         for phase in with_references(batch):
             todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
                     and (self.force or not self.store.check([c.run_id])[0])]

@@ -1,0 +1,49 @@
+"""Calibration: the binned ECE, its bins (the reliability diagram reads the same bins) and the
+smooth ECE. Pure numpy, float64."""
+from __future__ import annotations
+
+import numpy as np
+
+
+ECE_BINS = 15
+
+
+def ece(mean_probs: np.ndarray, labels: np.ndarray, n_bins: int = ECE_BINS) -> float:
+    """Expected calibration error, equal-width bins (lo, hi] on the max mean-probability."""
+    return binned_ece(mean_probs.max(axis=1), mean_probs.argmax(axis=1) == labels, n_bins)
+
+
+def confidence_bins(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """Each confidence's bin among ``n_bins`` equal-width bins (lo, hi] of [0, 1]."""
+    return np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+
+
+def binned_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
+    """The ECE of confidences and their 0/1 correctness (``ece`` from cached per-sample values)."""
+    bins = confidence_bins(conf, n_bins)
+    total = 0.0
+    for b in range(n_bins):
+        in_bin = bins == b
+        if in_bin.any():
+            total += in_bin.mean() * abs(correct[in_bin].mean() - conf[in_bin].mean())
+    return float(total)
+
+
+def reliability_bins(confidence: np.ndarray, correct: np.ndarray, n_bins: int) -> dict[str, np.ndarray]:
+    """Per equal-width bin (lo, hi] of the confidence (the ECE's bins, bench.evaluation.metrics.ece): the count,
+    the mean confidence and the accuracy (nan in an empty bin)."""
+    confidence = np.asarray(confidence, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    bins = confidence_bins(confidence, n_bins)
+    count = np.bincount(bins, minlength=n_bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"count": count, "confidence": np.bincount(bins, confidence, n_bins) / count,
+                "accuracy": np.bincount(bins, correct, n_bins) / count}
+
+
+def smooth_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """The smooth ECE of a confidence in [0, 1] against correctness (relplot, Błasiok & Nakkiran
+    2023, "Smooth ECE: principled reliability diagrams via kernel smoothing"): no bins; the
+    kernel's bandwidth is chosen by the data."""
+    import relplot  # 2 s to import (it pulls in matplotlib and scikit-learn): only when asked for
+    return float(relplot.smECE(np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.int64)))

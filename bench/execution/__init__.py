@@ -1,0 +1,1 @@
+"""Execution: running the runs. Executors (serial, jobs, Dask, submitit), the runner of one pack, rescoring stored weights."""
