@@ -31,7 +31,7 @@ from bench.design.star import expand_star, parse_vary, preset_settings, read_des
 from bench.provenance import stamp
 from bench.reporting import star_tables
 from bench.config import load_preset
-from bench.store import RunStore, config_columns, summarize, without_candidates
+from bench.store import RunStore, config_columns, summarize, without_candidates, write_csv
 from methods import load_entry_points, load_plugin
 
 RESULTS = "results"  # a preset's results go to results/<preset> unless out says otherwise
@@ -168,7 +168,7 @@ def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak:
            "device": str(p.execution.torch_device()), "threads": torch.get_num_threads(),
            "pack_size": p.execution.pack_size, "jobs": p.executor.jobs, **stamp()}
     path = p.store.out / "efficiency.csv"
-    pd.DataFrame([row]).to_csv(path, mode="a", header=not path.exists(), index=False)
+    write_csv(pd.DataFrame([row]), path, mode="a", header=not path.exists())
     return row
 
 
@@ -246,7 +246,7 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
                            threads)
     folder, _, keys, _ = store.write_tables()
     if plots:
-        from bench.reporting.plots import shift_gallery
+        from bench.reporting.shift_plots import shift_gallery
         from bench.reporting.report import report_folder
         echo(f"wrote {shift_gallery(store.out / 'shift_gallery.png', store, names, data, shift_seed)}")
         report_folder(store, folder, keys, echo=echo)

@@ -23,6 +23,9 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.evaluation.selective import selective_table, with_selective
+from bench.evaluation.columns import ood_table
+from bench.data.shifts import SHIFTS
 
 # ok: metrics; diverged: non-finite loss/parameters; error: the method raised, its predictions broke
 # the contract, or it could not start (e.g. its reference failed)
@@ -38,6 +41,16 @@ NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized", "failed_candid
 
 class CorruptRecord(Exception):
     pass
+
+
+# Every CSV table is written with 10 significant digits: a float's last bits differ between machines
+# (BLAS and SIMD kernels sum in other orders), and a re-render on another machine must be byte-identical.
+FLOAT_FORMAT = "%.10g"
+
+
+def write_csv(frame: pd.DataFrame, path: Path, **kwargs) -> None:
+    """A table as CSV at the fixed precision (FLOAT_FORMAT), without the index."""
+    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, **kwargs)
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -180,7 +193,6 @@ class RunStore:
         """(one row per record with the selective-prediction columns, the selective table in long
         form): the selective metrics come from each run's cached predictions, not the record, so
         every stored run has them without retraining (bench.evaluation.selective)."""
-        from bench.evaluation.selective import selective_table, with_selective
         runs = records_frame(records, self.candidates())
         selective = selective_table(runs, self.load_arrays)
         return with_selective(runs, selective), selective
@@ -190,19 +202,18 @@ class RunStore:
         selective-prediction metrics from each run's cached predictions) and, once ``bench evaluate``
         has scored the shift suite, shift.csv, from every record.
         Returns (runs, summary, config columns, problems)."""
-        from bench.evaluation.columns import ood_table
         self.ensure()
         records, problems = self.scan()
         runs, selective = self.runs_table(records)
         keys = config_columns(records)
         summary = summarize(runs, keys)
-        runs.to_csv(self.out / "runs.csv", index=False)
-        summary.to_csv(self.out / "summary.csv", index=False)
-        ood_table(runs).to_csv(self.out / "ood.csv", index=False)
-        selective.to_csv(self.out / "selective.csv", index=False)
+        write_csv(runs, self.out / "runs.csv")
+        write_csv(summary, self.out / "summary.csv")
+        write_csv(ood_table(runs), self.out / "ood.csv")
+        write_csv(selective, self.out / "selective.csv")
         shift = shift_table(records, runs)
         if len(shift) or (self.out / "shift.csv").exists():
-            shift.to_csv(self.out / "shift.csv", index=False)
+            write_csv(shift, self.out / "shift.csv")
         return runs, summary, keys, problems
 
 
@@ -221,7 +232,6 @@ SHIFT_IDS = ["run_id", "method", "label", "variant", "seed", "candidate_of"]
 def shift_table(records: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
     """The shift suite's metrics in long form: one row per (run, shift, level) with the run's ids,
     the shift's family and unit, and bench.evaluation.metrics.SHIFT_METRICS."""
-    from bench.data.shifts import SHIFTS
     rows = [{"run_id": r["run_id"], **entry} for r in records if r.get("status") == "ok" for entry in r.get("shifts", [])]
     if not rows:
         return pd.DataFrame(columns=SHIFT_IDS + ["shift", "family", "level", "unit"])

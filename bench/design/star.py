@@ -26,6 +26,7 @@ from bench.errors import ConfigError
 from bench.design.grid import OPTION_FLAG, Assignment, GridItem, expand_grid
 from bench.evaluation.metrics import SHARED_SCORES
 from methods import get_method
+from bench.store import write_csv
 
 VARY_FLAG = "--vary"
 SCORE_KNOB = "ood_score"  # an evaluation choice: which score the comparison reads (no training)
@@ -235,7 +236,7 @@ def _check_score(name: str, score: Any, items: list[GridItem]) -> set[str]:
 
 def write_design(out: Path, design: StarDesign) -> Path:
     path = Path(out) / DESIGN_FILE
-    design.frame().to_csv(path, index=False)
+    write_csv(design.frame(), path)
     return path
 
 

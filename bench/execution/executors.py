@@ -10,20 +10,19 @@ import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from bench.config import Execution, RunConfig
-from bench.data.loaders import load_benchmark_data
+from bench.data.loaders import check_dataset_files, load_benchmark_data, prepare_ood_sets
 from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
-from bench.execution.runner import run_pack
+from bench.execution.runner import run_line, run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
-
-if TYPE_CHECKING:
-    from bench.design.grid import GridItem
-
+from bench.design.grid import GridItem
+from bench.design.walks import Walk
+from bench.provenance import commit, other_versions, version
 
 DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 locally) would kill a pack
 
@@ -201,7 +200,6 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
     error before is run again, and a selection that met a failed candidate is walked again."""
     from tqdm.auto import tqdm
 
-    from bench.design.walks import Walk
 
     log = log or (lambda line: tqdm.write(line))
     items = list({c.run_id: c for c in items}.values())  # a grid may name a run twice
@@ -239,7 +237,6 @@ def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]
     for problem in problems:
         log(f"warning: {problem}")
     if not force:
-        from bench.provenance import commit, other_versions, version
         older = other_versions(list(finished.values()))
         if older:
             log(f"note: reusing {sum(older.values())} finished runs written by another dare-bench version or commit ("
@@ -251,7 +248,6 @@ def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]
 
 def _check_data(data_dir: Path, configs: list[RunConfig], download: bool, log) -> None:
     """Fail in the first second, not in a worker: the datasets the runs need, and their OOD sets."""
-    from bench.data.loaders import check_dataset_files, prepare_ood_sets
     for dataset in dict.fromkeys(c.protocol.id_dataset for c in configs):
         check_dataset_files(data_dir, dataset, download)
     for name, why in prepare_ood_sets(data_dir, (s for c in configs for s in c.protocol.ood_sets), download).items():
@@ -272,7 +268,6 @@ class _Runner:
     done_now: set = dataclasses.field(default_factory=set)
 
     def __call__(self, batch: list[RunConfig]) -> None:
-        from bench.execution.runner import run_line
         for phase in with_references(batch):
             todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
                     and (self.force or not self.store.check([c.run_id])[0])]

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from bench.data import ood_sets, shifts
 from bench import provenance
-from bench.config import make_protocol, make_run_config
+from bench.config import OOD_SETS, make_protocol, make_run_config
 from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, load_images, ood_images, prepared_split
 from bench.errors import BenchError, ConfigError, DataError
 from bench.evaluation.metrics import evaluate, shift_metrics
@@ -61,7 +61,6 @@ class Evaluated:
 def parse_ood_sets(text: str | None, id_datasets: list[str]) -> list[str]:
     """'suite', 'none', or names, comma-separated -> names, each one known for every ID dataset
     (``bench.config.OOD_SETS``)."""
-    from bench.config import OOD_SETS
     if text is None or text.strip() in ("", "none"):
         return []
     names: list[str] = []

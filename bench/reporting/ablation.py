@@ -22,7 +22,7 @@ import seaborn as sns  # noqa: E402
 
 from bench.evaluation.columns import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
 from bench.reporting.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
-from bench.store import without_candidates  # noqa: E402
+from bench.store import without_candidates, write_csv  # noqa: E402
 
 # (column, title); AUROC_PRIMARY stands for each run's AUROC by its method's own score vs the first OOD set
 AUROC_PRIMARY = "auroc_primary"
@@ -231,7 +231,7 @@ def write_ablation(out: Path, runs: pd.DataFrame, keys: list[str], histories: di
     (replacing the previous ablation's plots)."""
     out = Path(out)
     protocols = list(_protocols(runs, keys))
-    _table(protocols).to_csv(out / "ablation.csv", index=False)
+    write_csv(_table(protocols), out / "ablation.csv")
     files = [out / "ablation.csv"]
     if not plots:
         return files

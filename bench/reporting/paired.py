@@ -23,6 +23,7 @@ from bench.config import REFERENCE_METHOD
 from bench.evaluation.metrics import NLL_CLAMP, ood_metrics
 from bench.evaluation.calibration import ECE_BINS, binned_ece
 from bench.evaluation.columns import ood_column, score_key
+from bench.evaluation.selective import selective_metrics
 
 LEVEL = 0.95
 
@@ -141,7 +142,6 @@ def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list
 def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
     """One PAIRED metric of a run on a resample of its cached test predictions (nan when the
     cache lacks what it needs)."""
-    from bench.evaluation.selective import selective_metrics
     correct = (arrays["id_pred"] == arrays["id_label"])[id_idx]
     if metric == "id_acc":
         return float(correct.mean())

@@ -19,6 +19,9 @@ import pandas as pd
 from bench.config import Protocol, named_file
 from bench.errors import ConfigError
 from bench.evaluation.columns import ood_column
+from bench.store import write_csv
+from bench.reporting.paired import pair
+from bench.reporting.formatting import format_difference
 
 PUBLISHED_DIR = Path(__file__).parent.parent / "published"
 PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
@@ -111,7 +114,6 @@ def _text(value) -> str:
 
 def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol: list[str], column: str) -> dict:
     """The row's paired differences (percent) to each REFERENCE_LABELS row of its protocol."""
-    from bench.reporting.paired import pair
 
     def runs_of(r: pd.Series) -> pd.DataFrame:
         same = (runs["variant"] == r["variant"]) & (runs["id_dataset"] == r["id_dataset"])
@@ -158,7 +160,6 @@ def _cell(mean: float, std: float, n) -> str:
 
 def _paired_cell(r: pd.Series, key: str) -> str:
     """'+1.2 [+0.4, +2.0] *' (percent points; * when the 95 % interval excludes 0), '-' without a pair."""
-    from bench.reporting.formatting import format_difference
     mean = r.get(f"{key}_mean", math.nan)
     if mean != mean:
         return "-"
@@ -262,7 +263,7 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
     table = paper_table(summary, published, in_distribution, runs)
-    table.to_csv(out / "paper_table.csv", index=False)
+    write_csv(table, out / "paper_table.csv")
     notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
              f"paper: {', '.join(sorted(set(published['source'])))} (mean ± sd, n = 5). "
              "Δ / paper sd = (harness mean − paper mean) / paper sd. AUROC uses each row's score column."]

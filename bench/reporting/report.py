@@ -11,11 +11,15 @@ from typing import Callable
 
 import pandas as pd
 
-from bench.config import Protocol
+from bench.config import Protocol, available_presets, load_preset, make_protocol
 from bench.errors import BenchError
 from bench.evaluation.columns import OOD_METRICS, ood_column, scored_sets
-from bench.store import RunStore, parse_skipped, sorted_runs, summarize, without_candidates
-from bench.reporting.formatting import mean_std
+from bench.store import RunStore, parse_skipped, sorted_runs, summarize, without_candidates, write_csv
+from bench.reporting.formatting import format_difference, mean_std
+from bench.data.loaders import DATASET_CLASSES
+from bench.reporting import shift_tables
+from bench.reporting.paired import paired_table, bootstrap_table, PAIRED, auroc_metric
+from bench.reporting.paper import format_markdown, write_paper_table
 
 # (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
 HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
@@ -74,8 +78,6 @@ def _norm(value) -> str:
 
 def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
     """Whether these runs (one protocol) are of one shipped preset and have its protocol values."""
-    from bench.config import make_protocol
-    from bench.config import available_presets, load_preset
     presets = set(map(str, runs.get("preset", [])))
     if len(presets) != 1 or (preset := presets.pop()) not in available_presets():
         return False
@@ -134,7 +136,6 @@ def report_folder(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: b
     """The report of every run in a results folder (selection candidates left out: their selection
     stands for them), with the paper table of the first shipped preset among the runs that names one.
     Every command that renders a folder renders it this way, so the same records give the same files."""
-    from bench.config import available_presets, load_preset
     runs = without_candidates(sorted_runs(runs))
     known = set(available_presets())
     tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
@@ -159,11 +160,11 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
                         + format_paired(differences, scored_sets(group.runs, added=False)) + robust[-1]["markdown"])
     (store.out / "summary.md").write_text("\n".join(sections) if sections else "no finished runs\n")
     table = pd.concat(paired, ignore_index=True) if paired else pd.DataFrame()
-    table.to_csv(store.out / "paired.csv", index=False)
+    write_csv(table, store.out / "paired.csv")
     for name in ("ood_suite", "shift_summary", "shift_table", "shift_paired"):
         parts = [r[name] for r in robust if r.get(name) is not None and len(r[name])]
         if parts:
-            pd.concat(parts, ignore_index=True).to_csv(store.out / f"{name}.csv", index=False)
+            write_csv(pd.concat(parts, ignore_index=True), store.out / f"{name}.csv")
         else:
             (store.out / f"{name}.csv").unlink(missing_ok=True)
     for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
@@ -171,12 +172,12 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     if compare_to and not runs.empty:
         files += paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
     if plots:
-        from bench.data.loaders import DATASET_CLASSES
-        from bench.reporting.plots import PLOT_FILES, SHIFT_PLOT_FILES, plot_all, shift_curves, shift_heatmaps
+        from bench.reporting.run_plots import PLOT_FILES, plot_all
+        from bench.reporting.shift_plots import SHIFT_PLOT_FILES, shift_curves, shift_heatmaps
         for pattern in PLOT_FILES + SHIFT_PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
             for stale in store.out.glob(pattern):
                 stale.unlink()
-        from bench.reporting.plots import forest_plot
+        from bench.reporting.forest_plots import forest_plot
         for group, differences in zip(groups, paired):
             names = tuple(DATASET_CLASSES[group.runs["id_dataset"].iloc[0]].classes)
             files += plot_all(store, group.runs, names, group.label, group.tag)
@@ -196,28 +197,26 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
 def robustness_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.DataFrame | None, label: str) -> dict:
     """One protocol's OOD-suite and shift tables (bench.reporting.shift_tables; empty until ``bench evaluate``
     has scored its runs) and their summary.md text."""
-    from bench.reporting import shift_tables as robustness
-    suite = robustness.ood_suite_table(runs)
-    markdown = robustness.format_ood_suite(suite)
+    suite = shift_tables.ood_suite_table(runs)
+    markdown = shift_tables.format_ood_suite(suite)
     out = {"ood_suite": suite.assign(protocol=label) if markdown else None, "markdown": markdown}
     rows = shift[shift["run_id"].isin(runs["run_id"])] if shift is not None else None
     if rows is None or rows.empty:
         return out
     references = dict(zip(differences["variant"], differences["reference"])) if len(differences) else {}
-    summary = robustness.shift_summary(rows, runs)
-    corruption = robustness.corruption_table(rows)
-    shift_paired = robustness.shift_paired(rows, runs, references)
+    summary = shift_tables.shift_summary(rows, runs)
+    corruption = shift_tables.corruption_table(rows)
+    shift_paired = shift_tables.shift_paired(rows, runs, references)
     out.update(shift_summary=summary.assign(protocol=label), shift_table=corruption.assign(protocol=label),
                shift_paired=shift_paired.assign(protocol=label), shift_rows=rows,
-               shift_table_rows=robustness.table_level_rows(rows),
-               markdown=markdown + robustness.format_shift_summary(summary)
-               + robustness.format_corruption_table(corruption) + robustness.format_shift_paired(shift_paired))
+               shift_table_rows=shift_tables.table_level_rows(rows),
+               markdown=markdown + shift_tables.format_shift_summary(summary)
+               + shift_tables.format_corruption_table(corruption) + shift_tables.format_shift_paired(shift_paired))
     return out
 
 
 def paired_differences(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Each row's paired differences to its deep-ensemble reference (bench.reporting.paired), one protocol's runs."""
-    from bench.reporting.paired import paired_table
     options = [k for k in keys if k not in PROTOCOL_COLUMNS and k not in NOT_OPTIONS]
     return paired_table(runs, options, scored_sets(runs, added=False))
 
@@ -228,7 +227,6 @@ NOT_OPTIONS = ("method", "label", "variant", "preset", "ood_split", "primary_sco
 def write_bootstrap(store: RunStore, runs: pd.DataFrame, keys: list[str], n_boot: int, seed: int) -> pd.DataFrame:
     """bootstrap.csv: per protocol, each paired difference's paired bootstrap over test samples,
     seed by seed (bench.reporting.paired.bootstrap_table)."""
-    from bench.reporting.paired import bootstrap_table
     parts = []
     for group in protocol_groups(without_candidates(sorted_runs(runs))):
         differences = paired_differences(group.runs, keys)
@@ -236,15 +234,13 @@ def write_bootstrap(store: RunStore, runs: pd.DataFrame, keys: list[str], n_boot
             parts.append(bootstrap_table(group.runs, differences, store.load_arrays, n_boot, seed)
                          .assign(protocol=group.label))
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    table.to_csv(store.out / "bootstrap.csv", index=False)
+    write_csv(table, store.out / "bootstrap.csv")
     return table
 
 
 def format_paired(differences: pd.DataFrame, sets: list[str]) -> str:
     """The markdown table of the paired differences: one line per row, '*' where the 95 % interval
     excludes 0; empty when the protocol has no reference row."""
-    from bench.reporting.paired import PAIRED, auroc_metric
-    from bench.reporting.formatting import format_difference
     if differences.empty:
         return ""
     columns = [(auroc_metric(s), title.replace("{set}", s), scale, digits) if c == "auroc" else (c, title, scale, digits)
@@ -276,7 +272,6 @@ def skipped_sets(runs: pd.DataFrame) -> list[str]:
 
 def paper_table(store, runs, summary, published: str, in_distribution: str | None = None, echo=print) -> list:
     """Write and print the runs beside a published table (see bench.reporting.paper)."""
-    from bench.reporting.paper import format_markdown, write_paper_table
     table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
     echo(format_markdown(table))
     return files

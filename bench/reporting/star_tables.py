@@ -17,6 +17,7 @@ from bench.evaluation.columns import ood_column, scored_sets
 from bench.evaluation.metrics import SHARED_SCORES
 from bench.reporting.paired import pair
 from bench.config import REFERENCE_METHOD
+from bench.store import write_csv
 
 
 VALUE_METRICS = ("id_acc", "id_nll_nats", "id_ece")
@@ -213,15 +214,15 @@ def write_star(out: Path, runs: pd.DataFrame, plots: bool = True, title: str = "
     out = Path(out)
     table = star_table(read_design(out), runs)
     summary = setting_summary(table)
-    table.to_csv(out / "star.csv", index=False)
-    summary.to_csv(out / "star_summary.csv", index=False)
+    write_csv(table, out / "star.csv")
+    write_csv(summary, out / "star_summary.csv")
     (out / "star.md").write_text(f"# {title or 'Star design'}\n\nOne choice changed at a time from the base "
                                  "(bold); Δ: paired over seeds, 95 % t-interval, * when it excludes 0. "
                                  "Checkpoints kept: members whose checkpoint rule kept an epoch; restored earlier: "
                                  "members whose kept epoch is before their last.\n\n" + format_star_summary(summary))
     files = [out / "star.csv", out / "star_summary.csv", out / "star.md"]
     if plots:
-        from bench.reporting.plots import star_forest
+        from bench.reporting.forest_plots import star_forest
         forest = star_forest(out / "star_forest.png", title or "star design", summary)
         if forest:
             files.append(forest)

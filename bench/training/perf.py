@@ -26,8 +26,10 @@ from bench.config import make_protocol
 from bench.data.loaders import DATASET_CLASSES, load_benchmark_data
 from bench.models import training_flops_per_sample
 from bench.options import option, parse_int
-from bench.training.loop import train
+from bench.training.loop import train, train_pack
 from methods.deep_ensemble import DeepEnsemble
+from bench.store import write_csv
+from bench.training.packs import packed_method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +120,6 @@ def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 
 def time_pack(work: Work, root: Path, device: torch.device, networks: int) -> float:
     """(e) one pack of ``networks`` one-member deep ensembles (seeds 0..networks-1) trained as one
     stacked computation (bench.training.loop.train_pack). Returns the training seconds."""
-    from bench.training.packs import packed_method
-    from bench.training.loop import train_pack
     protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
                               "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
                               "early_stop_acc": None})
@@ -197,7 +197,7 @@ def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = (
     table["threads"] = torch.get_num_threads()
     table["torch_version"] = torch.__version__
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    write_csv(table, path)
     return table
 
 

@@ -1,0 +1,121 @@
+"""Forest plots: paired differences to the deep ensemble with their 95 % intervals, per protocol
+(forest.png) and per star-design setting (star_forest.png)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib.ticker
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+import bench.reporting.plotting  # noqa: F401 - the file-only backend, before any figure
+from bench.reporting.paired import PAIRED, auroc_set
+
+
+def forest_plot(path: Path, title: str, differences: pd.DataFrame) -> Path | None:
+    """The paired differences of a protocol (bench.reporting.paired, one panel per metric): one line per row,
+    its mean and 95 % t-interval over seeds against the zero of its reference."""
+    if differences.empty:
+        return None
+    metrics = list(dict.fromkeys(differences["metric"]))
+    titles = {c: (t, scale) for c, t, scale, _ in PAIRED}
+    lower_is_better = ("id_nll_nats", "id_ece", "augrc_one_minus_max_prob")
+    rows = list(dict.fromkeys(differences["variant"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.3 * len(metrics), 0.45 * len(rows) + 1.8), sharey=True,
+                             squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        ood_set = auroc_set(metric)
+        name = "auroc" if ood_set is not None else metric
+        panel, scale = titles.get(name, (metric, 1))
+        sub = differences[differences["metric"] == metric].set_index("variant").reindex(rows)
+        y = np.arange(len(rows))
+        real = sub["real"].astype("boolean").fillna(False).to_numpy(bool)
+        low, high = sub["low"].to_numpy(float) * scale, sub["high"].to_numpy(float) * scale
+        ax.hlines(y, low, high, color=np.where(real, "crimson", "grey"), linewidth=1.6)
+        ax.plot(sub["mean"].to_numpy(float) * scale, y, "D", color="black", markersize=4)
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+        better = "lower" if name in lower_is_better else "higher"
+        ax.set_title(panel.replace("{set}", ood_set or "")
+                     + (" (points)" if scale == 100 else "") + f"\n{better} is better", fontsize=9)
+    axes[0][0].set_yticks(range(len(rows)), [textwrap.fill(f"{v}\n− {r}", 52) for v, r in
+                                             zip(rows, differences.groupby("variant", sort=False)["reference"].first())],
+                          fontsize=6.5)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(f"{title}\npaired difference to the deep ensemble, mean and 95 % t-interval over seeds "
+                 "(red: excludes 0)", fontsize=9, y=1.02)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def star_forest(path: Path, title: str, summary: pd.DataFrame) -> Path | None:
+    """A star design (bench.design.star.setting_summary) as a forest plot, one line per setting grouped
+    by choice, the base on top and shaded: per compared method, against each setting's first OOD
+    set (a setting that changes the ID dataset changes it), both methods' AUROC (mean over seeds), the paired AUROC difference and the accuracy difference with their 95 %
+    t-intervals (red: the interval excludes 0); the base's difference as a dotted line."""
+    summary = summary[summary["first_set"].astype(bool)] if "first_set" in summary else summary
+    if summary.empty:
+        return None
+    parts = list(summary.groupby("method", sort=False))
+    rows = list(dict.fromkeys(summary["setting"]))
+    fig, axes = plt.subplots(1, 3 * len(parts), figsize=(4.0 * 3 * len(parts), 0.32 * (len(rows) + 1) + 1.9),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(rows))
+    for p, (method, part) in enumerate(parts):
+        part = part.set_index("setting").reindex(rows)
+        reference = part["reference"].dropna().iloc[0]
+        base = part[part["is_base"].astype("boolean").fillna(False).to_numpy(bool)]
+        ood_set = base["ood_set"].iloc[0] if len(base) else part["ood_set"].dropna().iloc[0]
+        if part["ood_set"].dropna().nunique() > 1:  # a setting changed the ID dataset, so its OOD set
+            ood_set = f"the first OOD set\n({ood_set} for the base)"
+        level, diff, acc = axes[0][3 * p: 3 * p + 3]
+        for column, marker, colour, name in ((f"auroc_{reference}", "o", "tab:blue", reference),
+                                             (f"auroc_{method}", "s", "tab:orange", method)):
+            level.plot(part[column].to_numpy(float), y, marker, color=colour, markersize=4.5, label=name,
+                       linestyle="none")
+        level.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)  # in the empty row on top
+        level.set_title(f"AUROC vs {ood_set}\n(the compared score, mean over seeds)", fontsize=9)
+        for ax, (mean, low, high, scale, panel) in (
+                (diff, ("difference", "low", "high", 1, f"Δ AUROC vs {ood_set}\n{method} − {reference}")),
+                (acc, ("acc_difference", "acc_low", "acc_high", 100, f"Δ accuracy (points)\n{method} − {reference}"))):
+            lo, hi = part[low].to_numpy(float) * scale, part[high].to_numpy(float) * scale
+            real = (lo > 0) | (hi < 0)
+            ax.hlines(y, lo, hi, color=np.where(real, "crimson", "grey"), linewidth=1.6)
+            ax.plot(part[mean].to_numpy(float) * scale, y, "D", color="black", markersize=3.5)
+            ax.axvline(0, color="black", linewidth=0.8)
+            if len(base):
+                ax.axvline(float(base[mean].iloc[0]) * scale, color="black", linestyle=":", linewidth=0.9)
+            ax.set_title(panel, fontsize=9)
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+        kept = part["checkpoint_kept"].fillna("")
+        if kept.str.len().gt(0).any():  # the mechanism: how many members' checkpoints the rule kept
+            for i, text in enumerate(kept):
+                if text:
+                    diff.annotate(text, (1.0, i), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                                  textcoords="offset points", fontsize=6, va="center", color="dimgrey")
+        for ax in (level, diff, acc):
+            for i, is_base in enumerate(part["is_base"].astype("boolean").fillna(False)):
+                if is_base:
+                    ax.axhspan(i - 0.5, i + 0.5, color="gold", alpha=0.25, linewidth=0)
+            # a thin line between choices
+            choices = part["choice"].tolist()
+            for i in range(1, len(choices)):
+                if choices[i] != choices[i - 1]:
+                    ax.axhline(i - 0.5, color="lightgrey", linewidth=0.7)
+    first = summary.drop_duplicates("setting").set_index("setting").reindex(rows)
+    base_set = first.loc[first["is_base"].astype(bool), "ood_set"]
+    base_set = base_set.iloc[0] if len(base_set) else None
+    labels = [(f"{c}: {s}" if c != s.split("=")[0] else s) + (f" (vs {o})" if o != base_set else "")
+              for s, c, o in zip(rows, first["choice"], first["ood_set"])]
+    axes[0][0].set_yticks(y, [textwrap.shorten(label, 60) for label in labels], fontsize=7)
+    axes[0][0].set_ylim(len(rows) - 0.5, -1.5)  # inverted: the base on top, an empty row above it for the legend
+    fig.suptitle(f"{title}\none choice changed at a time from the base (shaded); 95 % paired t-interval over "
+                 "seeds (red: excludes 0); dotted: the base's difference; grey numbers: members whose "
+                 "checkpoint rule kept an epoch", fontsize=9, y=1.0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path

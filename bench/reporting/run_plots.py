@@ -1,0 +1,258 @@
+"""The figures of one protocol's runs, from the stored records and cached scores (PNG,
+matplotlib/seaborn): the comparison strip plot, OOD histograms and ROC curves, reliability
+diagrams, risk-coverage curves and the most uncertain test images."""
+from __future__ import annotations
+
+import textwrap
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from sklearn.metrics import roc_curve
+
+from bench.evaluation.columns import PRIMARY, ood_column, score_key, scored_sets, with_primary
+from bench.reporting.plotting import palette, primary_of, protocol_title, score_label, slug
+from bench.store import RunStore
+from bench.evaluation.calibration import ECE_BINS, reliability_bins
+from bench.evaluation.selective import rc_curve, risk_at_coverage
+
+# every file plot_all writes matches one of these (a new report replaces them all)
+PLOT_FILES = ("comparison*.png", "ood_histograms*.png", "roc_curves*.png", "top_uncertain*.png", "reliability*.png",
+              "smooth_reliability*.png", "risk_coverage*.png", "forest*.png")
+
+
+def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] | None = None,
+             protocol: str = "", tag: str = "") -> list[Path]:
+    """Every plot for the given (successful) runs of one protocol, named ``protocol`` in each title;
+    ``tag`` is appended to the file names (a folder with several protocols). Returns the files written."""
+    runs = runs[runs["status"] == "ok"]
+    if runs.empty:
+        return []
+    sns.set_theme(style="whitegrid", context="notebook")
+    variants = list(dict.fromkeys(runs["variant"]))
+    colors = palette(variants)
+    arrays = {rid: store.load_arrays(rid) for rid in runs["run_id"]}
+    sets = scored_sets(runs, added=False)  # the protocol's; the OOD suite has its own figure
+    runs = with_primary(runs, sets)  # each run's AUROC by the score its method is reported with
+    title = protocol or protocol_title(runs)
+    files = [_comparison(store.out / f"comparison{tag}.png", title, runs, variants, colors, sets)]
+    if sets:
+        files += [_histograms(store.out / f"ood_histograms{tag}.png", title, runs, variants, colors, arrays, sets[0]),
+                  _roc_curves(store.out / f"roc_curves{tag}.png", title, runs, variants, colors, arrays, sets[0])]
+    files.append(_reliability(store.out / f"reliability{tag}.png", title, runs, variants, colors, arrays))
+    if "augrc_one_minus_max_prob" in runs:
+        files.append(_risk_coverage(store.out / f"risk_coverage{tag}.png", title, runs, variants, colors, arrays))
+        files.append(_smooth_reliability(store.out / f"smooth_reliability{tag}.png", title, runs, variants, colors,
+                                         arrays))
+    for variant in variants:
+        first = runs[runs["variant"] == variant].sort_values("seed").iloc[0]
+        files.append(_top_uncertain(store.out / f"top_uncertain{tag}_{slug(variant)}.png", title, variant,
+                                    int(first["seed"]), arrays[first["run_id"]], class_names))
+    plt.close("all")
+    return files
+
+
+def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
+    panels = ([("id_acc", "ID test accuracy")]
+              + [(ood_column("auroc", PRIMARY, s), f"AUROC vs {s}\n(each method's score)") for s in sets]
+              + [(ood_column("auroc", "mutual_info", s), f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
+              + [("id_ece", "ID ECE (15 bins)")])
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.7 * len(variants) + 2.2),
+                             sharey=True)
+    # seaborn jitters strip plots with numpy's global RNG: fix it so the same records give the same PNG
+    rng_state = np.random.get_state()
+    np.random.seed(0)
+    for ax, (col, panel_title) in zip(axes, panels):
+        sns.stripplot(data=runs, y="variant", x=col, hue="variant", order=variants, palette=colors,
+                      size=5, alpha=0.55, jitter=0.12, ax=ax, legend=False)
+        sns.pointplot(data=runs, y="variant", x=col, hue="variant", order=variants, palette=colors,
+                      errorbar="sd", capsize=0.25, markers="D", linestyle="none", ax=ax, legend=False)
+        lo, hi = runs[col].min(), runs[col].max()
+        pad = max((hi - lo) * 0.6, 0.01)
+        ax.set_xlim(max(lo - pad, 0), hi + pad)
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+    # long variants (a selection names its whole grid) wrap instead of squeezing the panels
+    axes[0].set_yticks(range(len(variants)), [textwrap.fill(v, 48) for v in variants], fontsize=8)
+    np.random.set_state(rng_state)
+    n = runs.groupby("variant").size()
+    fig.suptitle(f"{title}\ndiamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); "
+                 "dots: single seeds", y=1.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _histograms(path: Path, title: str, runs, variants, colors, arrays, ood_set: str) -> Path:
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        ids, score = runs.loc[runs["variant"] == variant, "run_id"], primary_of(runs, variant)
+        s_id = np.concatenate([arrays[r][score_key(score)] for r in ids])
+        s_ood = np.concatenate([arrays[r][score_key(score, ood_set)] for r in ids])
+        top = np.quantile(np.r_[s_id, s_ood], 0.995)  # distance scores have long tails
+        bins = np.linspace(min(s_id.min(), s_ood.min(), 0), max(top, 1e-6), 40)
+        ax.hist(s_id, bins=bins, density=True, alpha=0.6, color=colors[variant], label="ID test")
+        ax.hist(s_ood, bins=bins, density=True, histtype="step", linewidth=1.8, color="black", label=f"{ood_set} test")
+        ax.set_yscale("log")
+        ax.set_title(variant, fontsize=9)
+        ax.set_xlabel(score_label(score))
+    axes[0][0].set_ylabel("density (log)")
+    axes[0][0].legend()
+    fig.suptitle(f"{title}; {ood_set} shown; all seeds pooled (x axis clipped at the 99.5th percentile)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _roc_curves(path: Path, title: str, runs, variants, colors, arrays, ood_set: str) -> Path:
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    for variant in variants:
+        sub, score = runs[runs["variant"] == variant], primary_of(runs, variant)
+        for i, rid in enumerate(sub["run_id"]):
+            s_id, s_ood = arrays[rid][score_key(score)], arrays[rid][score_key(score, ood_set)]
+            fpr, tpr, _ = roc_curve(np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))], np.r_[s_id, s_ood])
+            auroc = sub[ood_column("auroc", score, ood_set)]
+            label = (f"{variant}\n{score_label(score)}: AUROC {auroc.mean():.3f} ± "
+                     f"{auroc.std(ddof=1) if len(auroc) > 1 else 0:.3f}")
+            ax.plot(fpr, tpr, color=colors[variant], alpha=0.8, linewidth=1.3, label=label if i == 0 else None)
+    ax.plot([0, 1], [0, 1], linestyle=":", color="grey")
+    ax.set_xlabel("false positive rate (ID flagged)")
+    ax.set_ylabel(f"true positive rate ({ood_set} caught)")
+    ax.set_title(f"{title}\nROC vs {ood_set} by each method's score, one line per seed", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _top_uncertain(path: Path, title: str, variant: str, seed: int, arr: dict, class_names) -> Path:
+    k = len(arr["top_index"])
+    fig, axes = plt.subplots(1, k, figsize=(2.1 * k, 2.6))
+    for ax, i in zip(np.atleast_1d(axes), range(k)):
+        idx = int(arr["top_index"][i])
+        ax.imshow(arr["top_images"][i], cmap="gray_r")
+        pred, true = int(arr["id_pred"][idx]), int(arr["id_label"][idx])
+        name = (lambda c: class_names[c].split(" - ")[0]) if class_names else str
+        ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
+                     f"H = {arr[score_key('pred_entropy')][idx]:.2f} bits", fontsize=8,
+                     color="black" if pred == true else "crimson")
+        ax.axis("off")
+    fig.suptitle(f"{title}\nTop-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+    """Per variant: accuracy per confidence bin (the ECE's 15 bins) as mean ± sd over seeds, against
+    the diagonal, the gap shaded; beneath, the share of test samples per bin."""
+    edges = np.linspace(0, 1, ECE_BINS + 1)
+    centers, width = (edges[:-1] + edges[1:]) / 2, 1 / ECE_BINS
+    cols = min(len(variants), 4)
+    rows = -(-len(variants) // cols)
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(3.4 * cols, 4.4 * rows), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1] * rows})
+    for i, variant in enumerate(variants):
+        top, bottom = axes[2 * (i // cols)][i % cols], axes[2 * (i // cols) + 1][i % cols]
+        per_seed = []
+        for rid in runs.loc[runs["variant"] == variant, "run_id"]:
+            a = arrays[rid]
+            per_seed.append(reliability_bins(a["id_conf"], a["id_pred"] == a["id_label"], ECE_BINS))
+        acc = np.array([b["accuracy"] for b in per_seed])
+        conf = np.array([b["confidence"] for b in per_seed])
+        share = np.array([b["count"] / b["count"].sum() for b in per_seed])
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a bin empty at every seed
+            mean_acc, sd_acc = np.nanmean(acc, axis=0), np.nanstd(acc, axis=0, ddof=1) if len(acc) > 1 else 0 * acc[0]
+            mean_conf = np.nanmean(conf, axis=0)
+        top.bar(centers, mean_acc, width=width * 0.92, color=colors[variant], alpha=0.75, yerr=sd_acc,
+                error_kw={"elinewidth": 0.8, "capsize": 1.5}, label="accuracy (mean ± sd)")
+        top.bar(centers, mean_conf - mean_acc, bottom=mean_acc, width=width * 0.92, color="none",
+                edgecolor="crimson", hatch="//", linewidth=0.6, label="gap to the mean confidence")
+        top.plot([0, 1], [0, 1], linestyle=":", color="grey")
+        ece = runs.loc[runs["variant"] == variant, "id_ece"]
+        top.set_title(f"{textwrap.fill(variant, 40)}\nECE {ece.mean():.3f} ± {ece.std(ddof=1) if len(ece) > 1 else 0:.3f}",
+                      fontsize=8)
+        top.set_xlim(0, 1), top.set_ylim(0, 1)
+        top.set_ylabel("accuracy" if i % cols == 0 else "")
+        bottom.bar(centers, share.mean(axis=0), width=width * 0.92, color=colors[variant], alpha=0.75)
+        bottom.set_yscale("log"), bottom.set_xlim(0, 1), bottom.set_ylim(1e-4, 1)
+        bottom.set_xlabel("confidence (max mean probability)", fontsize=8)
+        bottom.set_ylabel("share" if i % cols == 0 else "")
+    for j in range(len(variants), rows * cols):
+        axes[2 * (j // cols)][j % cols].axis("off"), axes[2 * (j // cols) + 1][j % cols].axis("off")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"{title}\nreliability: {ECE_BINS} equal-width bins (the ECE's), seeds' mean ± sd; "
+                 "beneath: share of ID test samples per bin", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+    """Selective risk against coverage per variant (confidence: the max mean probability), the mean
+    over seeds of each seed's RC curve read at a grid of coverages (bench.evaluation.selective)."""
+    grid = np.linspace(0.05, 1, 96)
+    fig, ax = plt.subplots(figsize=(6, 4.6))
+    for variant in variants:
+        curves = []
+        for rid in runs.loc[runs["variant"] == variant, "run_id"]:
+            a = arrays[rid]
+            curve = rc_curve(-a[score_key("one_minus_max_prob")].astype(np.float64), a["id_pred"] != a["id_label"])
+            curves.append([risk_at_coverage(curve, c) for c in grid])
+        curves = np.array(curves)
+        augrc = runs.loc[runs["variant"] == variant, "augrc_one_minus_max_prob"]
+        ax.plot(grid, curves.mean(axis=0), color=colors[variant], linewidth=1.5,
+                label=f"{textwrap.shorten(variant, 60)}: AUGRC {augrc.mean():.4f}")
+        if len(curves) > 1:
+            ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=colors[variant], alpha=0.12)
+    ax.set_yscale("symlog", linthresh=1e-3)  # MNIST-like risks span 0 to a few percent
+    ax.set_xlabel("coverage (share of ID test samples accepted)")
+    ax.set_ylabel("selective risk (error rate of the accepted)")
+    ax.set_title(f"{title}\nrisk-coverage by the max mean probability: mean over seeds, band: min-max", fontsize=9)
+    ax.legend(fontsize=6.5, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _smooth_reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+    """Per variant, relplot's smooth reliability diagram of the max mean probability (seeds pooled,
+    its bootstrap band seeded), beside the binned one; the title gives the smooth ECE per seed as
+    mean ± sd."""
+    import relplot
+    cols = min(len(variants), 4)
+    rows = -(-len(variants) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.4 * rows), squeeze=False)
+    state = np.random.get_state()
+    np.random.seed(0)  # relplot's bootstrap band draws from numpy's global generator
+    for i, variant in enumerate(variants):
+        ax = axes[i // cols][i % cols]
+        ids = runs.loc[runs["variant"] == variant, "run_id"]
+        f = np.concatenate([arrays[r]["id_conf"] for r in ids]).astype(np.float64)
+        y = np.concatenate([arrays[r]["id_pred"] == arrays[r]["id_label"] for r in ids]).astype(np.int64)
+        with warnings.catch_warnings():  # relplot's own pandas deprecation warnings
+            warnings.simplefilter("ignore")
+            diagram = relplot.prepare_rel_diagram(f, y, num_bootstrap=50, report_CE=False)
+            relplot.plot_rel_diagram(diagram, fig=fig, ax=ax, color=colors[variant], use_default_style=False,
+                                     plot_labels=False)
+        smece = runs.loc[runs["variant"] == variant, "smece_one_minus_max_prob"]
+        ax.set_title(f"{textwrap.fill(variant, 40)}\nsmECE {smece.mean():.3f} ± "
+                     f"{smece.std(ddof=1) if len(smece) > 1 else 0:.3f}", fontsize=8)
+        ax.set_xlabel("confidence (max mean probability)", fontsize=8)
+        ax.set_ylabel("accuracy" if i % cols == 0 else "", fontsize=8)
+    np.random.set_state(state)
+    for j in range(len(variants), rows * cols):
+        axes[j // cols][j % cols].axis("off")
+    fig.suptitle(f"{title}\nsmooth reliability diagrams (relplot; kernel-smoothed, no bins), seeds pooled; "
+                 "band: bootstrap", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+# -- the shift suite (bench evaluate) -------------------------------------------------------------
