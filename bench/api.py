@@ -10,29 +10,43 @@ command line (which is built on these functions).
     star = bench.star_table("results/sensitivity/paper")  # a star design's tidy table (bench.design.star)
     bench.evaluate("results/seed", data_dir="../data")  # score stored weights: OOD suite, shift suite
     shift = bench.shift_table("results/seed")      # the shift suite's metrics, one row per (run, shift, level)
+
+Each command of ``python -m bench`` is a call or two here (bench.cli adds its flags and what it
+prints): ``report``, ``paper_table``, ``catalog`` (list), ``perf``, ``evaluate``; ``run`` and
+``ablate`` are ``plan`` and ``execute``, then ``report_grid`` and ``ablation_report`` or ``star_report``.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 import torch
 
-from bench.config import Execution, make_execution
-from bench.data.loaders import resolve_data_dir
+from bench import store as run_store
+from bench.config import (N_CLASSES, Execution, available_presets, load_preset, make_execution, make_protocol,
+                          make_run_config, protocol_help)
+from bench.data import ood_sets as ood_suite, shifts as shift_suite
+from bench.data.files import load_images, resolve_data_dir
+from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid
+from bench.design.star import (DESIGN_FILE, SCORE_KNOB, expand_star, parse_vary, preset_settings, read_design,
+                               write_design)
 from bench.errors import BenchError, ConfigError
 from bench.execution.executors import Executor, make_executor, run_grid, with_references
-from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid
-from bench.design.star import expand_star, parse_vary, preset_settings, read_design, write_design
+from bench.execution.rescoring import parse_ood_sets, rescore_folder
+from bench.options import describe, validate
 from bench.provenance import stamp
 from bench.reporting import star_tables
-from bench.config import load_preset
-from bench.store import RunStore, config_columns, summarize, without_candidates, write_csv
-from methods import load_entry_points, load_plugin
+from bench.reporting.paper import load_published
+from bench.reporting.report import report_folder, report_paper_table, write_bootstrap
+from bench.store import RunStore, config_columns, id_datasets, summarize, without_candidates, write_csv
+from bench.training.perf import Work, matmul_peak_gflops, run_pack_perf, run_perf
+from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
+from methods.base import Method
 
 RESULTS = "results"  # a preset's results go to results/<preset> unless out says otherwise
 
@@ -76,8 +90,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     star = None
     if design == "star":
         vary = [vary] if isinstance(vary, str) else list(vary)
-        settings = ([s for text in vary for s in parse_vary(text)] if vary
-                    else preset_settings(values.get("star", [])))
+        settings = [s for text in vary for s in parse_vary(text)] if vary else preset_settings(values.get("star", []))
         star = expand_star(*args, settings)
         configs = star.all_items()
     elif vary:
@@ -132,7 +145,6 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         write_design(p.store.out, p.star)
     peak = None
     if (~dry_run(p, force)["finished"]).any():  # something will train: measure the peak it is held against
-        from bench.training.perf import matmul_peak_gflops
         if p.execution.threads:
             torch.set_num_threads(p.execution.threads)
         peak = matmul_peak_gflops(2048, repeats=3, device=p.execution.torch_device())  # ~0.3 s on 2 cores
@@ -195,15 +207,62 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
              vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary)
     done = execute(p, download, progress, force)
     if p.star is not None:
-        star_tables.write_star(p.store.out, done.folder, plots=plots, title=f"star design: preset {p.preset}")
+        star_report(p, done, plots)
     if plots:
-        from bench.reporting.report import report_folder
-        report_folder(p.store, done.folder, done.keys, echo=lambda _: None)
+        report_grid(p, done, echo=lambda _: None)
     if len(done.failed):
         warnings.warn(f"{len(done.failed)} of {done.ran} runs failed (status error): "
                       + "; ".join(f"{r['variant']} seed {r['seed']}: {r['error']}" for _, r in done.failed.iterrows()),
                       RuntimeWarning, stacklevel=2)
     return done.runs
+
+
+def star_dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
+    """A star plan's settings, the base first: ``items``, how many ``shared`` with the base and ``to_do``, the
+    ``runs`` its selections may train; ``reads``: the OOD score it reads if that is all it changes (no training)."""
+    table = dry_run(p, force).drop_duplicates("run_id").set_index("run_id")
+    rows = []
+    for setting in p.star.settings:
+        items = p.star.items[setting.name]
+        needs = {run.run_id for item in items for run in (item.runs() if item.kind == "selection" else [item])}
+        reads = setting.changes and all(change.name == SCORE_KNOB for change in setting.changes)
+        rows.append({"setting": setting.name, "choice": setting.choice, "is_base": setting.is_base,
+                     "items": len(items), "shared": 0 if setting.is_base else p.star.shared(setting),
+                     "to_do": sum(1 for i in items if i.run_id in table.index and not table.loc[i.run_id, "finished"]),
+                     "runs": len(needs), "reads": setting.score if reads else ""})
+    return pd.DataFrame(rows)
+
+
+def report_grid(p: Plan, done: Executed, plots: bool = True, echo: Callable[[str], None] = print) -> list[Path]:
+    """The report of the plan's folder once ``execute`` is done (summary.md, the paper table a
+    preset names, ``plots``), of every run in it, from the tables execute rebuilt; what ``run``
+    writes last. ``echo`` gets the summary and a line per file. Returns the files written."""
+    return report_folder(p.store, done.folder, done.keys, plots=plots, echo=echo)
+
+
+def star_report(p: Plan, done: Executed, plots: bool = True) -> list[Path]:
+    """A star plan's star.csv, star_summary.csv, star.md and (``plots``) star_forest.png once
+    ``execute`` is done (bench.reporting.star_tables). Returns the files written."""
+    return star_tables.write_star(p.store.out, done.folder, plots=plots, title=f"star design: preset {p.preset}")
+
+
+def ablation_axes(p: Plan) -> list[str]:
+    """The ablation's axes: the method options that take more than one value in the plan's grid;
+    ConfigError when none does."""
+    from bench.reporting.ablation import config_axes  # matplotlib (the module imports it): only for an ablation
+    axes = config_axes(p.configs)
+    if not axes:
+        raise ConfigError("nothing to ablate: no method option takes more than one value in this grid "
+                          "(give a list, e.g. -o dare.threshold=0.1,0.3 -o members=1,3,5)")
+    return axes
+
+
+def ablation_report(p: Plan, done: Executed, plots: bool = True) -> list[Path]:
+    """OUT/ablation.csv and (``plots``) each metric against each axis, and over epochs, of the
+    runs ``execute`` returned (bench.reporting.ablation). Returns the files written."""
+    from bench.reporting.ablation import write_ablation  # matplotlib (the module imports it): only for an ablation
+    histories = {run_id: p.store.load(run_id).get("history", []) for run_id in done.runs["run_id"]}
+    return write_ablation(p.store.out, done.runs, done.keys, histories, plots=plots)
 
 
 def _read(out: str | Path, candidates: bool = False) -> tuple[pd.DataFrame, list[str]]:
@@ -233,30 +292,73 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     'all', 'none', a family or names. ``threads``: torch threads (default: each run's own, which
     exact reproduction needs). Rewrites the records and the folder's tables (``plots``: and its
     report). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
-    from bench.data import shifts as shift_suite
-    from bench.execution.rescoring import evaluate_folder, parse_ood_sets
-    from bench.store import id_datasets
     names = shift_suite.parse_shifts(shifts)
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
     ood = parse_ood_sets(ood_sets, id_datasets(records))
     make_execution({"device": device}).torch_device()  # one line if cuda is asked for and absent
     data = resolve_data_dir(data_dir)
-    done = evaluate_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
-                           threads)
+    done = rescore_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
+                          threads)
     folder, _, keys, _ = store.write_tables()
     if plots:
-        from bench.reporting.shift_plots import shift_gallery
-        from bench.reporting.report import report_folder
+        from bench.reporting.shift_plots import shift_gallery  # matplotlib: only when a figure is drawn
         echo(f"wrote {shift_gallery(store.out / 'shift_gallery.png', store, names, data, shift_seed)}")
         report_folder(store, folder, keys, echo=echo)
     return done
 
 
+_warning = functools.partial(warnings.warn, category=RuntimeWarning, stacklevel=3)  # names the line calling the API
+
+
+def _tables(out: str | Path, warn: Callable[[str], None]) -> tuple[RunStore, pd.DataFrame, list[str]]:
+    """(store, runs, config columns) of a results folder, its tables rebuilt; ``warn``: a line per corrupt record."""
+    store = RunStore.existing(Path(out))
+    runs, _, keys, problems = store.write_tables()
+    for problem in problems:
+        warn(problem)
+    return store, runs, keys
+
+
+@dataclasses.dataclass
+class Reported:
+    files: list[Path]                # every file written, in the order written
+    bootstrap: pd.DataFrame | None   # what bootstrap.csv holds, when a bootstrap was asked for
+
+
+def report(out: str | Path, plots: bool = True, bootstrap: int = 0, bootstrap_seed: int = 0,
+           echo: Callable[[str], None] = print, warn: Callable[[str], None] = _warning) -> Reported:
+    """Rebuild a results folder's tables, summary.md and (``plots``) plots from its records, exactly
+    like ``python -m bench report``; a star design's folder also gets its star tables. ``bootstrap``
+    N > 0: also bootstrap.csv, a paired bootstrap over test samples (N resamples, seeded by
+    ``bootstrap_seed``) of each seed's difference to the deep ensemble. ``echo`` gets the summary
+    and a line per file written, ``warn`` a line per corrupt record."""
+    store, runs, keys = _tables(out, warn)
+    files = report_folder(store, runs, keys, plots=plots, echo=echo)
+    if (store.out / DESIGN_FILE).is_file():  # a star design's folder: its tables and forest plot too
+        star = star_tables.write_star(store.out, runs, plots=plots, title=f"star design: {store.out.name}")
+        for path in star:
+            echo(f"wrote {path}")
+        files += star
+    table = write_bootstrap(store, runs, keys, bootstrap, bootstrap_seed) if bootstrap else None
+    return Reported(files + ([store.out / "bootstrap.csv"] if bootstrap else []), table)
+
+
+def paper_table(out: str | Path, published: str = "dare_table3", in_distribution: str | None = None,
+                echo: Callable[[str], None] = print, warn: Callable[[str], None] = _warning) -> list[Path]:
+    """The runs of a results folder beside a published table, exactly like ``python -m bench
+    paper-table`` (bench.reporting.paper): OUT/paper_table.csv, .md and .png. ``published``: a
+    table's name or a CSV path; ``in_distribution``: default, the one in OUT. ``echo`` gets the
+    table, ``warn`` a line per corrupt record. Returns the files written."""
+    load_published(published)  # a bad name fails before anything is read
+    store, runs, keys = _tables(out, warn)
+    runs = without_candidates(runs)
+    return report_paper_table(store, runs, summarize(runs, keys), published, in_distribution, echo=echo)
+
+
 def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:
     """The shift suite's metrics of a results folder in long form (what shift.csv holds): one row
     per (run, shift, level); empty until ``evaluate`` has scored the folder."""
-    from bench import store as run_store
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
     runs, _ = store.runs_table(records)
@@ -271,8 +373,77 @@ def star_table(out: str | Path) -> pd.DataFrame:
 
 def ablation_table(out: str | Path) -> pd.DataFrame:
     """The long ablation table of a results folder (see ``bench.reporting.ablation``)."""
-    from bench.reporting import ablation
+    from bench.reporting import ablation  # matplotlib (the module imports it): only for an ablation
     return ablation.ablation_table(*_read(out))
 
 
-__all__ = ["run", "load", "summary", "ablation_table", "star_table", "evaluate", "shift_table", "plan", "execute", "dry_run", "Executed", "BenchError"]
+@dataclasses.dataclass
+class MethodEntry:
+    """A registered method as ``python -m bench list`` shows it."""
+    name: str
+    summary: str
+    joint: bool    # members share batches and one loss
+    source: str    # 'built in', or the plugin file or entry point that registered it
+    options: list[tuple[str, Any, str, str]]  # (name, default, allowed, help) of the options not every method has
+
+
+@dataclasses.dataclass
+class Listing:
+    """What there is to run and score: what ``python -m bench list`` prints."""
+    methods: list[MethodEntry]
+    broken: dict[str, str]                            # a method name that could not be loaded -> why
+    shared_options: list[tuple[str, Any, str, str]]   # the options every method has
+    protocol: list[tuple[str, Any, str, str]]         # the protocol values (the protocol flags of `run`)
+    ood_sets: dict[str, tuple[str, ...]]              # in-distribution set -> its OOD sets, the default first
+    ood_set_specs: dict[str, ood_suite.OodSet]        # every OOD set: group, description
+    shifts: dict[str, shift_suite.Shift]              # every shift: family, levels (``evaluate --shifts``)
+    presets: list[str]
+
+
+def listing() -> Listing:
+    """The registered methods (plugins' too) and their options, protocol values, OOD sets, shifts, presets."""
+    load_entry_points()
+    shared = describe(Method)
+    names = {option_name for option_name, *_ in shared}
+    methods = [MethodEntry(name, cls.summary, cls.joint, SOURCES[name], [o for o in describe(cls) if o[0] not in names])
+               for name, cls in REGISTRY.items()]
+    return Listing(methods, dict(BROKEN), shared, protocol_help(),
+                   {dataset: ood_suite.known_for(dataset) for dataset in N_CLASSES}, dict(ood_suite.SETS),
+                   dict(shift_suite.SHIFTS), available_presets())
+
+
+def perf(preset: str | None = None, members: int | None = None, epochs: int = 5, batch_size: int | None = None,
+         hidden: str | tuple[int, ...] | None = None, id_dataset: str | None = None, device: str = "auto",
+         threads: int | None = None, skip_seed_loop: bool = False, networks: Iterable[int] | None = None,
+         peak_size: int = 4096, data_dir: str | Path | None = None, out: str | Path = RESULTS,
+         log: Callable[[str], None] = print) -> pd.DataFrame:
+    """Time the training loop, exactly like ``python -m bench perf`` (bench.training.perf): the same
+    deep ensemble (no early stop) in the seed example's loop, this harness's loop and torch-uncertainty,
+    against the fp32 matmul peak, into OUT/perf.csv; ``networks`` (e.g. [1, 5, 25, 50]): instead one pack
+    of N one-member deep ensembles per N, into OUT/perf_packs.csv. Returns the table. ``preset``: the
+    work's MLP, batch size, dataset and deep-ensemble members; the other arguments override it."""
+    values = load_preset(preset)[1] if preset else {}
+    shape = {k: v for k, v in values.get("protocol", {}).items() if k in ("batch_size", "hidden", "id_dataset")}
+    given = {"batch_size": batch_size, "hidden": hidden, "id_dataset": id_dataset}
+    protocol = make_protocol({**shape, **{k: v for k, v in given.items() if v is not None}, "epochs": epochs})
+    members = members or values.get("method_options", {}).get("deep_ensemble", {}).get("members", 3)
+    members = make_run_config("deep_ensemble", {"members": members}, protocol, 0).method_options["members"]
+    execution = make_execution({"device": device, "threads": threads})
+    peak = validate(Work, {"peak_size": peak_size}, "perf")
+    networks = None if networks is None else [int(n) for n in networks]
+    if networks is not None and (not networks or min(networks) < 1):
+        raise ConfigError(f"networks={networks}: expected integers >= 1 such as 1,5,25,50")
+    if execution.threads:
+        torch.set_num_threads(execution.threads)
+    root = resolve_data_dir(data_dir)
+    load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
+    work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size, hidden=protocol.hidden,
+                dataset=protocol.id_dataset, preset=preset or "", **peak)
+    if networks is not None:
+        return run_pack_perf(work, root, Path(out), execution.torch_device(), networks, log=log)
+    return run_perf(work, root, Path(out), execution.torch_device(), skip_seed_loop, log=log)
+
+
+__all__ = ["run", "load", "summary", "ablation_table", "star_table", "evaluate", "shift_table", "report",
+           "paper_table", "listing", "perf", "plan", "dry_run", "star_dry_run", "execute", "report_grid", "star_report",
+           "ablation_axes", "ablation_report", "Plan", "Executed", "Reported", "Listing", "MethodEntry", "BenchError"]

@@ -17,8 +17,6 @@ from methods import Method, get_method
 
 PRESET_DIR = Path(__file__).with_name("presets")
 N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
-# In-distribution dataset -> the OOD sets it may be scored against (bench.data.ood_sets); the first is the default.
-OOD_SETS = {dataset: ood_sets.known_for(dataset) for dataset in N_CLASSES}
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
 REFERENCE_METHOD = "deep_ensemble"  # every paired comparison and star design is against this method
@@ -39,7 +37,7 @@ def parse_split_seed(value: Any) -> int | str:
 @dataclasses.dataclass(frozen=True)
 class Protocol:
     """Everything about a run except the method: shared by all methods compared in a table."""
-    id_dataset: str = choice("mnist", tuple(OOD_SETS), help="in-distribution dataset")
+    id_dataset: str = choice("mnist", tuple(N_CLASSES), help="in-distribution dataset")
     ood_sets: tuple[str, ...] = option((), parse_str_tuple,
                                        "names such as mnist,cifar10_gray28 (see `python -m bench list`)",
                                        help="OOD sets scored against the ID test split (their test splits); "
@@ -71,13 +69,9 @@ class Protocol:
 
     @classmethod
     def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
-        known = OOD_SETS[values["id_dataset"]]
-        if not values["ood_sets"]:
-            values["ood_sets"] = known[:1]
-        for name in values["ood_sets"]:
-            if name not in known:
-                raise ConfigError(f"{what}: OOD set '{name}' is not known for in-distribution "
-                                  f"{values['id_dataset']} (known: {', '.join(known)})")
+        if not values["ood_sets"]:  # the default: the first OOD set of the ID dataset
+            values["ood_sets"] = ood_sets.known_for(values["id_dataset"])[:1]
+        ood_sets.check_names(values["ood_sets"], values["id_dataset"], what)
         if len(set(values["ood_sets"])) < len(values["ood_sets"]):
             raise ConfigError(f"{what}: ood_sets={','.join(values['ood_sets'])} names a set twice")
         return values

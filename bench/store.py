@@ -231,7 +231,7 @@ SHIFT_IDS = ["run_id", "method", "label", "variant", "seed", "candidate_of"]
 
 def shift_table(records: list[dict], runs: pd.DataFrame) -> pd.DataFrame:
     """The shift suite's metrics in long form: one row per (run, shift, level) with the run's ids,
-    the shift's family and unit, and bench.evaluation.metrics.SHIFT_METRICS."""
+    the shift's family and unit, and the shift metrics of bench.evaluation.catalog."""
     rows = [{"run_id": r["run_id"], **entry} for r in records if r.get("status") == "ok" for entry in r.get("shifts", [])]
     if not rows:
         return pd.DataFrame(columns=SHIFT_IDS + ["shift", "family", "level", "unit"])

@@ -1,9 +1,13 @@
+import functools
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import methods
+from bench import api
 
 sys.path.insert(0, str(Path(__file__).parent))
 from idx import write_both  # noqa: E402
@@ -13,6 +17,25 @@ from idx import write_both  # noqa: E402
 def tiny_data(tmp_path_factory) -> Path:
     """A data folder with tiny synthetic MNIST and FashionMNIST IDX files."""
     return write_both(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def threads_shared_among_workers():
+    """Under pytest-xdist the workers share the cores: each gets its part for torch, whose threads would
+    otherwise outnumber the cores and wait for one another at every small operation."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def matmul_peak_measured_once():
+    """A grid that trains first measures the machine's matmul peak, about a second of CPU time; the suite's
+    hundred grids share one measurement, as the grids of one process on one machine may."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(api, "matmul_peak_gflops", functools.cache(api.matmul_peak_gflops))
+        yield
 
 
 @pytest.fixture

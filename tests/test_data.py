@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from bench.config import make_protocol
-from bench.data.loaders import DATA_DIR_ENV, load_benchmark_data, resolve_data_dir
+from bench.data.files import DATA_DIR_ENV, resolve_data_dir
+from bench.data.loaders import load_benchmark_data
 
 
 def test_data_dir_flag_then_environment_then_default(monkeypatch):

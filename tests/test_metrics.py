@@ -3,18 +3,18 @@ import math
 import numpy as np
 import pytest
 
-from bench.evaluation import metrics
+from bench.evaluation import calibration, measures, metrics
 
 
 def test_entropy_in_bits_with_zero_log_zero():
-    assert metrics.entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
-    assert metrics.entropy_bits(np.array([1.0, 0.0, 0.0])) == pytest.approx(0.0)
-    assert metrics.entropy_bits(np.array([0.5, 0.5, 0.0])) == pytest.approx(1.0)
+    assert measures.entropy_bits(np.full(4, 0.25)) == pytest.approx(2.0)
+    assert measures.entropy_bits(np.array([1.0, 0.0, 0.0])) == pytest.approx(0.0)
+    assert measures.entropy_bits(np.array([0.5, 0.5, 0.0])) == pytest.approx(1.0)
 
 
 def test_decomposition_of_two_confident_disagreeing_members():
     probs = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])  # (S=2, N=1, K=2)
-    d = metrics.uncertainty_decomposition(probs)
+    d = measures.uncertainty_decomposition(probs)
     assert d["pred_entropy"][0] == pytest.approx(1.0)      # mean is (0.5, 0.5)
     assert d["expected_entropy"][0] == pytest.approx(0.0)  # each member is certain
     assert d["mutual_info"][0] == pytest.approx(1.0)
@@ -22,7 +22,7 @@ def test_decomposition_of_two_confident_disagreeing_members():
 
 def test_decomposition_of_agreeing_members_has_no_mutual_information():
     probs = np.array([[[0.5, 0.5]], [[0.5, 0.5]]])
-    d = metrics.uncertainty_decomposition(probs)
+    d = measures.uncertainty_decomposition(probs)
     assert d["expected_entropy"][0] == pytest.approx(1.0)
     assert d["mutual_info"][0] == pytest.approx(0.0)
 
@@ -30,7 +30,7 @@ def test_decomposition_of_agreeing_members_has_no_mutual_information():
 def test_probabilities_are_averaged_not_logits():
     # member means (0.5, 0.5) -> the argmax tie goes to class 0; accuracy uses the mean
     probs = np.array([[[0.9, 0.1]], [[0.2, 0.8]]])
-    out = metrics.classification_metrics(probs, np.array([0]), "id")
+    out = metrics.prediction_metrics(probs, np.array([0]))
     assert out["id_acc"] == 1.0  # mean (0.55, 0.45)
     assert out["id_nll_nats"] == pytest.approx(-math.log(0.55))
 
@@ -38,14 +38,14 @@ def test_probabilities_are_averaged_not_logits():
 def test_nll_brier_accuracy_by_hand():
     p = np.array([[0.5, 0.5], [0.9, 0.1]])
     y = np.array([0, 1])
-    assert metrics.accuracy(p, y) == 0.5
-    assert metrics.nll(p, y) == pytest.approx(-(math.log(0.5) + math.log(0.1)) / 2)
+    assert measures.accuracy(p, y) == 0.5
+    assert measures.nll(p, y) == pytest.approx(-(math.log(0.5) + math.log(0.1)) / 2)
     # (0.25 + 0.25) and (0.81 + 0.81), averaged
-    assert metrics.brier(p, y) == pytest.approx((0.5 + 1.62) / 2)
+    assert measures.brier(p, y) == pytest.approx((0.5 + 1.62) / 2)
 
 
 def test_nll_is_clamped_for_a_zero_probability():
-    assert metrics.nll(np.array([[1.0, 0.0]]), np.array([1])) == pytest.approx(-math.log(1e-12))
+    assert measures.nll(np.array([[1.0, 0.0]]), np.array([1])) == pytest.approx(-math.log(1e-12))
 
 
 def test_ece_by_hand_with_15_bins():
@@ -53,12 +53,12 @@ def test_ece_by_hand_with_15_bins():
     p = np.array([[0.9, 0.1], [0.9, 0.1], [0.7, 0.3]])
     y = np.array([0, 1, 0])
     expected = (2 / 3) * abs(0.5 - 0.9) + (1 / 3) * abs(1.0 - 0.7)
-    assert metrics.ece(p, y) == pytest.approx(expected)
+    assert calibration.ece(p, y) == pytest.approx(expected)
 
 
 def test_ece_is_zero_when_confidence_matches_accuracy():
     p = np.array([[1.0, 0.0]] * 4)
-    assert metrics.ece(p, np.zeros(4, dtype=int)) == pytest.approx(0.0)
+    assert calibration.ece(p, np.zeros(4, dtype=int)) == pytest.approx(0.0)
 
 
 def test_ood_metrics_by_hand():
@@ -83,7 +83,7 @@ def test_ood_metrics_perfect_and_reversed():
 def test_evaluate_names_units_and_scores():
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(3), size=(4, 20))
-    out, scores = metrics.evaluate(probs, rng.integers(0, 3, 20), {"a": probs[:, ::-1], "b": probs[:, :5]})
+    out, scores = metrics.run_metrics(probs, rng.integers(0, 3, 20), {"a": probs[:, ::-1], "b": probs[:, :5]})
     for col in ("id_pred_entropy_bits", "ood_a_mutual_info_bits", "ood_b_pred_entropy_bits", "id_nll_nats",
                 "auroc_pred_entropy_vs_a", "auroc_pred_entropy_vs_b", "fpr95_mutual_info_vs_a",
                 "aupr_in_one_minus_max_prob_vs_b", "id_ece", "id_brier"):
@@ -97,7 +97,7 @@ def test_a_methods_own_score_is_ranked_like_the_shared_ones():
     probs = rng.dirichlet(np.ones(3), size=(2, 4))
     own_id = {"mine": np.array([0.0, 1.0, 2.0, 3.0])}
     own_ood = {"x": {"mine": np.array([2.5, 4.0, 5.0])}}   # 2.5 beats 3 of 4 ID scores
-    out, scores = metrics.evaluate(probs, np.zeros(4, int), {"x": probs[:, :3]}, own_id=own_id, own_ood=own_ood)
+    out, scores = metrics.run_metrics(probs, np.zeros(4, int), {"x": probs[:, :3]}, own_id=own_id, own_ood=own_ood)
     assert out["auroc_mine_vs_x"] == pytest.approx((3 + 4 + 4) / 12)
     np.testing.assert_array_equal(scores["mine"][1]["x"], own_ood["x"]["mine"])
 

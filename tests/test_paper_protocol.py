@@ -19,7 +19,7 @@ from bench.errors import ConfigError
 from bench.design.grid import expand_grid
 from bench.config import load_preset
 from bench.models import StackedMLP
-from bench.reporting.paper import load_published, paper_table
+from bench.reporting.paper import build_paper_table, load_published
 from methods.base import Method, scaled_mse_loss
 from methods.dare import DARE
 from methods.deep_ensemble import eq35_distance
@@ -266,7 +266,8 @@ def test_the_paper_preset_reuses_its_de_mse_rows_as_dares_references():
      "checkpoint=last_below_threshold needs a method with a threshold (deep_ensemble has none)"),
     (["--methods", "deep_ensemble", "-o", "checkpoint=best", "--val-size", "0"], "needs a validation split"),
     (["--ood-sets", "mnist"], "OOD set 'mnist' is not known for in-distribution mnist (known: fashion_mnist"),
-    (["--id-dataset", "fashion_mnist", "--ood-sets", "svhn"], "OOD set 'svhn' is not known"),
+    (["--id-dataset", "fashion_mnist", "--ood-sets", "svhn"],
+     "unknown OOD set 'svhn' (known for in-distribution fashion_mnist: mnist, cifar10_gray28, block_shuffled"),
     (["--split-seed", "each"], "split_seed='each' is not valid"),
     (["--init", "he"], "init='he' is out of range; allowed: torch or glorot"),
     (["--adam-eps", "0"], "adam_eps='0' is out of range"),
@@ -326,7 +327,7 @@ def test_paper_table_puts_each_row_beside_its_published_row_in_units_of_the_publ
          "primary_score": "pred_entropy", "n": 4, "id_acc_mean": 0.88, "id_acc_std": 0.01,
          "auroc_pred_entropy_vs_mnist_mean": 0.7, "auroc_pred_entropy_vs_mnist_std": 0.02},
     ])
-    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist").set_index(["label", "quantity"])
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist").set_index(["label", "quantity"])
     acc = table.loc[("DARE", "ID accuracy")]
     assert (acc["harness_mean"], acc["paper_mean"], acc["paper_std"]) == pytest.approx((87.4, 87.2, 0.2))
     assert acc["diff_in_paper_std"] == pytest.approx(1.0)
@@ -351,7 +352,7 @@ def test_the_summary_counts_seeds_per_metric():
                              "primary_score": "pred_entropy", "n": 3, "id_acc_mean": 0.9, "id_acc_std": 0.01,
                              "id_acc_n": 3, "auroc_pred_entropy_vs_mnist_mean": 0.8,
                              "auroc_pred_entropy_vs_mnist_std": 0.01, "auroc_pred_entropy_vs_mnist_n": 2}])
-    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist").set_index("quantity")
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist").set_index("quantity")
     assert table.loc["ID accuracy", "harness_n"] == 3 and table.loc["AUROC vs mnist", "harness_n"] == 2
 
 
@@ -359,7 +360,7 @@ def test_paper_table_keeps_configs_of_different_protocols_apart():
     base = {"label": "DARE", "variant": "dare(...)", "id_dataset": "fashion_mnist", "ood_sets": "mnist",
             "primary_score": "eq35_distance", "n": 1, "id_acc_mean": 0.8, "id_acc_std": float("nan")}
     summary = pd.DataFrame([{**base, "epochs": 50}, {**base, "epochs": 20, "id_acc_mean": 0.7}])
-    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist")
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist")
     acc = table[table["quantity"] == "ID accuracy"].set_index("variant")["harness_mean"]
     assert acc.to_dict() == pytest.approx({"dare(...) epochs=50": 80.0, "dare(...) epochs=20": 70.0})
     from bench.reporting.paper import format_markdown
@@ -376,7 +377,7 @@ def test_paper_table_names_check_runs_after_the_main_protocol_and_shows_the_sele
         {**base, "label": "NegCorr", "variant": "negcorr(select lam in [1e-5, 1e-4])", "selected": "lam=1e-05; lam=0.0001"},
         {**base, "label": "DE (NLL)", "variant": "deep_ensemble(loss=ce)"},
     ])
-    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist")
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist")
     variants = list(dict.fromkeys(table["variant"]))
     assert variants == ["deep_ensemble(loss=ce)", "mod(select lam in [0, 1e-5])", "negcorr(select lam in [1e-5, 1e-4])",
                         "deep_ensemble(loss=ce) preprocess=raw"]  # the paper's order, then the check run, named
@@ -435,7 +436,7 @@ def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed(tmp_path
     runs = pd.DataFrame(rows)
     summary = summarize(runs, ["label", "variant", "method", "id_dataset", "ood_sets", "primary_score", "epochs",
                                "early_stop_acc"])
-    table = paper_table(summary, load_published("dare_table3"), "fashion_mnist", runs).set_index(["label", "quantity"])
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist", runs).set_index(["label", "quantity"])
     acc = table.loc[("DARE", "ID accuracy")]
     # DARE is one point below DE (NLL) and DE (MSE) at every seed: the interval collapses onto -1
     assert (acc["vs_de_nll_mean"], acc["vs_de_nll_n"], acc["vs_de_mse_mean"]) == pytest.approx((-2.0, 3, -1.0))

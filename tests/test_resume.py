@@ -2,6 +2,7 @@
 records whatever the order or the executor."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,12 +14,19 @@ import pytest
 from idx import write_both
 
 from bench.cli.main import main
-from bench.data.loaders import check_dataset_files
+from bench.data.files import check_dataset_files
 from bench.errors import DataError
 
-GRID = ["--methods", "deep_ensemble", "mc_dropout", "--seeds", "0", "1", "2", "--epochs", "60",
-        "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "-o", "passes=3",
-        "--no-download", "--no-plots"]
+
+def grid(epochs: int) -> list[str]:
+    """Two methods, three seeds: six runs of ``epochs`` epochs."""
+    return ["--methods", "deep_ensemble", "mc_dropout", "--seeds", "0", "1", "2", "--epochs", str(epochs),
+            "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "-o", "passes=3",
+            "--no-download", "--no-plots"]
+
+
+GRID = grid(2)  # compared across orders, executors and damaged records
+LONG_GRID = grid(60)  # long enough for a test to stop its process mid-way
 METRICS = ["run_id", "id_acc", "id_nll_nats", "auroc_pred_entropy_vs_fashion_mnist",
            "auroc_mutual_info_vs_fashion_mnist", "fpr95_pred_entropy_vs_fashion_mnist"]
 
@@ -28,10 +36,23 @@ def metrics(out: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_data, tmp_path_factory):
-    """The grid run once, uninterrupted, in this process."""
+def reference_folder(tiny_data, tmp_path_factory):
+    """The grid run once, uninterrupted, in this process: its folder, for the tests to copy, never to change."""
     out = tmp_path_factory.mktemp("reference")
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(reference_folder):
+    return metrics(reference_folder)
+
+
+@pytest.fixture(scope="module")
+def long_reference(tiny_data, tmp_path_factory):
+    """LONG_GRID run once, uninterrupted, in this process."""
+    out = tmp_path_factory.mktemp("long_reference")
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *LONG_GRID]) == 0
     return metrics(out)
 
 
@@ -39,7 +60,7 @@ def start_grid(tiny_data, out):
     # SIGINT's default action in the child: a test run launched in the background (nohup ... &)
     # would otherwise hand it an ignored SIGINT, and Python then never raises KeyboardInterrupt
     return subprocess.Popen([sys.executable, "-m", "bench", "run", "--data-dir", str(tiny_data),
-                             "--out", str(out), "-q", *GRID], stdout=subprocess.DEVNULL,
+                             "--out", str(out), "-q", *LONG_GRID], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -61,7 +82,7 @@ def temp_files(out: Path) -> dict[Path, bytes]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path, reference):
+def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path, long_reference):
     out = tmp_path / "out"
     proc = start_grid(tiny_data, out)
     wait_for_records(out, 2, proc)
@@ -75,25 +96,25 @@ def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path,
         assert not temp_files(out)
     else:  # no chance to clean up: a write under way is left as a temp file, as the one planted here
         assert proc.returncode == -signal.SIGKILL and "run the same command again" not in stderr
-        todo = sorted(set(reference["run_id"]) - done)[0]
+        todo = sorted(set(long_reference["run_id"]) - done)[0]
         planted = out / "records" / f".{todo}.json.killed.tmp"
         planted.write_text('{"run_id": "' + todo + '", "status": "o')  # a record cut off mid-write
     left = temp_files(out)
     stamps = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
 
-    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *LONG_GRID]) == 0
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # finished runs were not redone
     # the resume reads no temp file and leaves none of its own; the store never looks at the kill's
     # leftovers (bench/store.py reads only <run_id>.json): they stay, untouched and harmless
     assert temp_files(out) == left
-    assert {p.stem for p in (out / "records").glob("*.json")} == set(reference["run_id"])
-    pd.testing.assert_frame_equal(metrics(out), reference)
+    assert {p.stem for p in (out / "records").glob("*.json")} == set(long_reference["run_id"])
+    pd.testing.assert_frame_equal(metrics(out), long_reference)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "wrong_id", "no_scores", "bad_status"])
-def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, reference, capsys):
+def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, reference_folder, reference, capsys):
     out = tmp_path / "out"
-    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *GRID]) == 0
+    shutil.copytree(reference_folder, out)  # the finished grid, as the same command leaves it
     run_id = reference["run_id"][0]
     path = out / "records" / f"{run_id}.json"
     record = json.loads(path.read_text())

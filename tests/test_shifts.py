@@ -89,7 +89,7 @@ def test_parse_shifts_names_families_and_errors():
 
 
 def test_generated_ood_sets_are_seeded_in_range_and_grouped(digits):
-    for name in ood_sets.GENERATED:
+    for name in ood_sets.generated():
         a, b = ood_sets.generate(name, digits), ood_sets.generate(name, digits)
         assert np.array_equal(a, b) and a.shape == digits.shape and a.min() >= 0 and a.max() <= 255, name
     assert np.array_equal(ood_sets.generate("inverted", digits), (255 - digits).astype(np.float32))

@@ -6,7 +6,7 @@ import pytest
 
 from bench.config import make_protocol
 from bench.data.loaders import load_benchmark_data
-from bench.evaluation.metrics import evaluate
+from bench.evaluation.metrics import run_metrics
 from bench.training.loop import train
 from methods.deep_ensemble import DeepEnsemble
 
@@ -23,8 +23,8 @@ def test_one_epoch_on_real_mnist():
     method = DeepEnsemble(members=1)
     protocol = make_protocol({"epochs": 1})
     model = train(method, protocol, data.train, data.n_classes, seed=0, progress=False).model
-    metrics, _ = evaluate(method.predict_proba(model, data.test.x).numpy(), data.test.y.numpy(),
-                          {"fashion_mnist": method.predict_proba(model, data.ood["fashion_mnist"].x).numpy()})
+    metrics, _ = run_metrics(method.predict_proba(model, data.test.x).numpy(), data.test.y.numpy(),
+                             {"fashion_mnist": method.predict_proba(model, data.ood["fashion_mnist"].x).numpy()})
     assert metrics["id_acc"] > 0.93          # one epoch of the seed MLP
     assert metrics["auroc_pred_entropy_vs_fashion_mnist"] > 0.6  # FashionMNIST is visibly OOD after one epoch
 

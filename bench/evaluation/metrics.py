@@ -8,48 +8,9 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from bench.evaluation.calibration import ece
+from bench.evaluation import catalog
 from bench.evaluation.columns import ood_column, uncertainty_column
-from bench.evaluation.selective import selective_metrics
-
-NLL_CLAMP = 1e-12  # probabilities are clamped before the log so one confident mistake stays finite
-
-
-# -- the contract a method's predictions must meet before any metric is computed -------------
-
-
-def entropy_bits(p: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Shannon entropy in bits, with 0 log 0 = 0."""
-    p = np.asarray(p, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, p * np.log2(p), 0.0)
-    return -terms.sum(axis=axis)
-
-
-def uncertainty_decomposition(probs: np.ndarray) -> dict[str, np.ndarray]:
-    """probs (S, N, K) -> per-sample total, expected (aleatoric) and mutual information (bits)."""
-    probs = np.asarray(probs, dtype=np.float64)
-    total = entropy_bits(probs.mean(axis=0))
-    expected = entropy_bits(probs).mean(axis=0)
-    # total >= expected by concavity; clip the float rounding that can make it -1e-16
-    return {"pred_entropy": total, "expected_entropy": expected,
-            "mutual_info": np.clip(total - expected, 0.0, None)}
-
-
-def accuracy(mean_probs: np.ndarray, labels: np.ndarray) -> float:
-    return float((mean_probs.argmax(axis=-1) == labels).mean())
-
-
-def nll(mean_probs: np.ndarray, labels: np.ndarray) -> float:
-    """Mean negative log-likelihood (nats) of the mean prediction."""
-    p_true = mean_probs[np.arange(len(labels)), labels]
-    return float(-np.log(np.clip(p_true, NLL_CLAMP, None)).mean())
-
-
-def brier(mean_probs: np.ndarray, labels: np.ndarray) -> float:
-    """Brier score summed over classes, averaged over samples (range [0, 2])."""
-    onehot = np.eye(mean_probs.shape[1])[labels]
-    return float(((mean_probs - onehot) ** 2).sum(axis=1).mean())
+from bench.evaluation.measures import entropy_bits, uncertainty_decomposition
 
 
 def ood_metrics(score_id: np.ndarray, score_ood: np.ndarray) -> dict[str, float]:
@@ -100,31 +61,28 @@ def ood_scores(probs: np.ndarray) -> dict[str, np.ndarray]:
             "geo_mean_entropy": entropy_bits(geometric_mean_probs(probs))}
 
 
-def classification_metrics(probs: np.ndarray, labels: np.ndarray, prefix: str) -> dict[str, float]:
-    mean = np.asarray(probs, dtype=np.float64).mean(axis=0)
-    return {f"{prefix}_acc": accuracy(mean, labels), f"{prefix}_nll_nats": nll(mean, labels),
-            f"{prefix}_brier": brier(mean, labels), f"{prefix}_ece": ece(mean, labels)}
-
-
-SHIFT_METRICS = ("acc", "nll_nats", "brier", "ece", "pred_entropy_bits", "mutual_info_bits", "augrc")
+def prediction_metrics(probs: np.ndarray, labels: np.ndarray, validation: bool = False) -> dict[str, float]:
+    """Every registered run-level metric with a ``compute`` (bench.evaluation.catalog) of one split's
+    (S, N, K) probabilities: the test split's under their names; with ``validation``, those that
+    declare a validation column, under it."""
+    probs = np.asarray(probs, dtype=np.float64)
+    if validation:
+        return {m.val_column: m.compute(probs, labels) for m in catalog.computed() if m.val_column}
+    return {m.name: m.compute(probs, labels) for m in catalog.computed()}
 
 
 def shift_metrics(probs: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """One shifted test set's SHIFT_METRICS: accuracy, NLL, Brier and ECE of the mean prediction,
-    mean predictive entropy and mutual information (bits), and the AUGRC of abstaining by the
-    maximum mean probability (bench.evaluation.selective)."""
-    mean = np.asarray(probs, dtype=np.float64).mean(axis=0)
-    decomposition = uncertainty_decomposition(probs)
-    return {"acc": accuracy(mean, labels), "nll_nats": nll(mean, labels), "brier": brier(mean, labels),
-            "ece": ece(mean, labels), "pred_entropy_bits": float(decomposition["pred_entropy"].mean()),
-            "mutual_info_bits": float(decomposition["mutual_info"].mean()),
-            "augrc": selective_metrics(mean.max(axis=1), mean.argmax(axis=1) != labels)["augrc"]}
+    """One shifted test set's registered shift metrics (bench.evaluation.catalog, ``shift``): accuracy,
+    NLL, Brier and ECE of the mean prediction, mean predictive entropy and mutual information (bits),
+    and the AUGRC of abstaining by the maximum mean probability."""
+    probs = np.asarray(probs, dtype=np.float64)
+    return {m.name: m.compute(probs, labels) for m in catalog.computed(shift=True)}
 
 
-def evaluate(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: dict[str, np.ndarray],
-             probs_val: np.ndarray | None = None, labels_val: np.ndarray | None = None,
-             own_id: dict[str, np.ndarray] | None = None,
-             own_ood: dict[str, dict[str, np.ndarray]] | None = None):
+def run_metrics(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: dict[str, np.ndarray],
+                probs_val: np.ndarray | None = None, labels_val: np.ndarray | None = None,
+                own_id: dict[str, np.ndarray] | None = None,
+                own_ood: dict[str, dict[str, np.ndarray]] | None = None):
     """One run's metrics as a flat dict, plus the per-sample scores for plots.
 
     probs_ood maps each OOD set's name to its (S, N, K) probabilities. own_id / own_ood[set] are a
@@ -132,10 +90,9 @@ def evaluate(probs_id: np.ndarray, labels_id: np.ndarray, probs_ood: dict[str, n
     ``id_acc`` ..., ``ood_<set>_<uncertainty>_bits``, ``<auroc|aupr_in|aupr_out|fpr95>_<score>_vs_<set>``.
     Returns (metrics, scores) with scores[score] = (id_scores, {set: ood_scores}).
     """
-    metrics = classification_metrics(probs_id, labels_id, "id")
+    metrics = prediction_metrics(probs_id, labels_id)
     if probs_val is not None and len(labels_val):
-        metrics.update({k: v for k, v in classification_metrics(probs_val, labels_val, "val").items()
-                        if k in ("val_acc", "val_nll_nats")})
+        metrics.update(prediction_metrics(probs_val, labels_val, validation=True))
     for name, values in uncertainty_decomposition(probs_id).items():
         metrics[uncertainty_column(name)] = float(values.mean())
     for ood_set, probs in probs_ood.items():

@@ -12,8 +12,12 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from joblib import Parallel, delayed, parallel_config
+from tqdm.auto import tqdm
+
 from bench.config import Execution, RunConfig
-from bench.data.loaders import check_dataset_files, load_benchmark_data, prepare_ood_sets
+from bench.data.files import check_dataset_files
+from bench.data.loaders import load_benchmark_data, prepare_ood_sets
 from bench.errors import BenchError
 from bench.options import option, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
@@ -98,8 +102,6 @@ class Executor:
             if packs:
                 yield from self._submitit_map(packs, data_dir, out_dir, execution, download)
             return
-        from joblib import Parallel, delayed, parallel_config
-
         execution = self.worker_execution(execution)
         plugins = tuple(plugin_files())
         tasks = (delayed(run_and_store)(p, data_dir, out_dir, execution, download, False, plugins) for p in packs)
@@ -113,7 +115,7 @@ class Executor:
         """One submitit job per pack (a SLURM job array where SLURM is); records as jobs finish. A
         job that ends without its records (killed, out of memory, time limit) leaves its runs to the
         next command, which resumes them; the others go on."""
-        try:
+        try:  # optional (the 'cluster' extra): imported only when asked for
             import submitit
         except ImportError:
             raise BenchError("--submitit needs submitit: pip install -e '.[cluster]'") from None
@@ -142,7 +144,7 @@ class Executor:
         if self.dask_address is None:
             yield "loky", self.jobs
             return
-        try:
+        try:  # optional (the 'cluster' extra): imported only when asked for
             from dask.distributed import Client, LocalCluster
         except ImportError:
             raise BenchError("--dask needs dask.distributed: pip install -e '.[cluster]'") from None
@@ -198,9 +200,6 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
     """Run every grid item not already finished in ``store`` (all of them with force), the runs
     that others depend on first, then walk every selection (``bench.design.walks``). A run that ended in
     error before is run again, and a selection that met a failed candidate is walked again."""
-    from tqdm.auto import tqdm
-
-
     log = log or (lambda line: tqdm.write(line))
     items = list({c.run_id: c for c in items}.values())  # a grid may name a run twice
     selections = [c for c in items if c.kind == "selection"]

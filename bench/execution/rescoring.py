@@ -23,10 +23,11 @@ from tqdm.auto import tqdm
 
 from bench.data import ood_sets, shifts
 from bench import provenance
-from bench.config import OOD_SETS, make_protocol, make_run_config
-from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, load_images, ood_images, prepared_split
+from bench.config import make_protocol, make_run_config
+from bench.data.files import load_images
+from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, ood_images, prepared_split
 from bench.errors import BenchError, ConfigError, DataError
-from bench.evaluation.metrics import evaluate, shift_metrics
+from bench.evaluation.metrics import run_metrics, shift_metrics
 from bench.execution.runner import plot_arrays, predict_split, predict_splits
 from bench.store import CorruptRecord, RunStore, parse_skipped
 from methods.base import ReferenceFailed
@@ -59,23 +60,15 @@ class Evaluated:
 
 
 def parse_ood_sets(text: str | None, id_datasets: list[str]) -> list[str]:
-    """'suite', 'none', or names, comma-separated -> names, each one known for every ID dataset
-    (``bench.config.OOD_SETS``)."""
+    """'suite', 'none', or names, comma-separated -> names. Each name given must be an OOD set of
+    every ID dataset (``bench.data.ood_sets.check_names``); suite stands for every set of each."""
     if text is None or text.strip() in ("", "none"):
         return []
-    names: list[str] = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        if part == "suite":
-            names += [n for d in id_datasets for n in OOD_SETS[d]]
-            continue
-        if part not in ood_sets.SETS:
-            raise ConfigError(f"unknown OOD set {part!r} (known: {', '.join(ood_sets.SETS)}, or suite)")
-        for dataset in id_datasets:
-            if part not in OOD_SETS[dataset]:
-                raise ConfigError(f"OOD set {part!r} is not known for in-distribution {dataset} (known: "
-                                  f"{', '.join(OOD_SETS[dataset])})")
-        names.append(part)
-    return list(dict.fromkeys(names))
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    for dataset in id_datasets:
+        ood_sets.check_names([p for p in parts if p != "suite"], dataset, keywords=("suite",))
+    suite = [n for d in id_datasets for n in ood_sets.suite_for(d)]
+    return list(dict.fromkeys(n for p in parts for n in (suite if p == "suite" else [p])))
 
 
 def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredRun], list[str]]:
@@ -150,10 +143,25 @@ def _named(lines: list[str], what: str) -> str:
     return f"{len(lines)} runs {what}: {shown}"
 
 
-def evaluate_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list[str], shift_seed: int = 0,
-                    candidates: bool = False, download: bool = True, progress: bool = True,
-                    device: str = "cpu", echo=print, threads: int | None = None) -> Evaluated:
-    """Score every stored run of ``out`` (see the module docstring); rewrites its records and
+@dataclasses.dataclass
+class Rescoring:
+    """What scoring the runs of one folder shares: where and how, the OOD sets asked for, and the
+    added OOD sets loaded so far (once per ID dataset) with the reasons of those that are not."""
+    store: RunStore
+    data_dir: Path
+    download: bool
+    device: torch.device
+    threads: int | None  # torch threads; None: each run's own
+    progress: bool
+    ood: list[str]
+    loaded: dict[tuple[str, str], tuple | None] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def rescore_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list[str], shift_seed: int = 0,
+                   candidates: bool = False, download: bool = True, progress: bool = True,
+                   device: str = "cpu", echo=print, threads: int | None = None) -> Evaluated:
+    """Score every stored run of ``out`` again (see the module docstring); rewrites its records and
     cached predictions: once the OOD sets are scored, and again after the shift suite. Sets and
     shift levels scored by an earlier call are kept (OOD sets are scored again with them, so the
     cached predictions stay complete). ``threads``: torch threads; default each run's own (its
@@ -163,16 +171,36 @@ def evaluate_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list
         raise ConfigError(f"shift seed {shift_seed!r}: expected an integer >= 0")
     for name in shift_names:
         shifts.get_shift(name)
-    store = RunStore.existing(Path(out))
+    context = Rescoring(RunStore.existing(Path(out)), Path(data_dir), download, torch.device(device), threads,
+                        progress, ood)
+    runs, not_scored = _loaded_runs(context, out, candidates, echo)
+    differing, scored_sets = [], []
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")  # in every record written
+    for run in tqdm(runs, desc="re-scoring runs", unit="run", disable=not progress):
+        scored, differs = _rescore_run(context, run, now)
+        scored_sets += scored
+        if differs:
+            differing.append(f"{run.source['variant']} seed {run.source['seed']} ({differs})")
+    levels = [(name, level) for name in shift_names for level in shifts.get_shift(name).levels]
+    rows = _score_shifts(context, runs, levels, shift_seed)
+    if levels:
+        _write_shifts(context.store, runs, rows, shift_seed)
+    return Evaluated(len(runs), not_scored, differing, list(dict.fromkeys(scored_sets)), context.skipped,
+                     len(levels))
+
+
+def _loaded_runs(context: Rescoring, out: Path, candidates: bool, echo) -> tuple[list[StoredRun], list[str]]:
+    """The folder's runs to score, loaded, and one line per run that cannot be (no weights, or
+    weights or a config that cannot be used), each kind said in one line. BenchError when none can."""
+    store = context.store
     runs, missing = stored_runs(store, candidates)
     if missing:
         echo(_named(missing, f"have no stored weights ({store.out / WEIGHTS}/<run_id>.pt; train them with "
                              "--save-weights) and are not scored"))
-    device = torch.device(device)
     usable, broken = [], []
-    for run in tqdm(runs, desc="loading runs", unit="run", disable=not progress, leave=False):
+    for run in tqdm(runs, desc="loading runs", unit="run", disable=not context.progress, leave=False):
         try:
-            load_run(store, run, Path(data_dir), download, device)
+            load_run(store, run, context.data_dir, context.download, context.device)
             usable.append(run)
         except BenchError as exc:
             if isinstance(exc, DataError):
@@ -183,81 +211,101 @@ def evaluate_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list
     if not usable:
         raise BenchError(f"no run in {out} has usable stored weights ({store.out / WEIGHTS}/<run_id>.pt); train "
                          "with --save-weights")
-    runs = usable
-    loaded: dict[tuple, tuple | None] = {}  # added OOD sets, once per ID dataset
-    skipped: dict[str, str] = {}
-    differing = []
-    scored_sets = []
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    for run in tqdm(runs, desc="re-scoring runs", unit="run", disable=not progress):
-        _threads(run, threads)
-        p_val, (p_id, own_id), ood_pred = predict_splits(run.config, run.method, run.model, run.data, device)
-        earlier = str(run.source.get("scored_ood_sets") or "").split()
-        for name in dict.fromkeys(earlier + ood):
-            if name in ood_pred or name == run.config.protocol.id_dataset:
-                continue
-            key = (run.config.protocol.id_dataset, name)
-            if key not in loaded:
-                try:
-                    loaded[key] = ood_images(Path(data_dir), name, run.data.test_images,
-                                             download and name not in ood_sets.OPTIONAL)
-                except OodUnavailable as exc:
-                    loaded[key] = None
-                    skipped[name] = str(exc)
-            if loaded[key] is None:
-                continue
-            torch.manual_seed(_stream(run.config.seed, name))
-            ood_pred[name] = predict_split(run.method, run.model, prepared_split(run.data, *loaded[key]),
-                                           run.data.n_classes, device, f"OOD set {name}")
-        metrics, scores = evaluate(p_id, run.data.test.y.numpy(), {n: p for n, (p, _) in ood_pred.items()}, p_val,
-                                   run.data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood_pred.items()})
-        differs = _differences(run.source, metrics)
-        if differs:
-            differing.append(f"{run.source['variant']} seed {run.source['seed']} ({differs})")
-        arrays = plot_arrays(p_id, scores, run.data)
-        scored = list(ood_pred)
-        scored_sets += scored
-        for record in run.targets:
-            notes = parse_skipped(record.get("ood_skipped"))
-            notes = {n: why for n, why in notes.items() if n not in scored}
-            notes.update({n: why for n, why in skipped.items() if n in ood})
-            record.update(metrics, scored_ood_sets=" ".join(scored),
-                          ood_skipped="; ".join(f"{k}: {v}" for k, v in notes.items()),
-                          evaluation={**record.get("evaluation", {}), "evaluated_at": now, **provenance.stamp(),
-                                      "ood_sets": scored, "generated_ood_seed": ood_sets.SEED,
-                                      "weights_of": run.source["run_id"], "device": str(device),
-                                      "threads": torch.get_num_threads(), "reproduced_stored_metrics": not differs})
-            store.add(record, arrays)  # the OOD sets are saved before the (long) shift suite starts
-    levels = [(name, level) for name in shift_names for level in shifts.get_shift(name).levels]
+    return usable, missing + broken
+
+
+def _rescore_run(context: Rescoring, run: StoredRun, now: str) -> tuple[list[str], str]:
+    """Predict one run again as after training, add the OOD sets asked for and those of earlier
+    calls, and write its records (scored at ``now``). Returns the OOD sets scored and how its metrics differ from the
+    stored ones ('' when they came back identical)."""
+    _threads(run, context.threads)
+    p_val, (p_id, own_id), ood_pred = predict_splits(run.config, run.method, run.model, run.data, context.device)
+    earlier = str(run.source.get("scored_ood_sets") or "").split()
+    for name in dict.fromkeys(earlier + context.ood):
+        if name not in ood_pred and name != run.config.protocol.id_dataset:
+            _predict_added_set(context, run, name, ood_pred)
+    metrics, scores = run_metrics(p_id, run.data.test.y.numpy(), {n: p for n, (p, _) in ood_pred.items()}, p_val,
+                                  run.data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood_pred.items()})
+    differs = _differences(run.source, metrics)
+    scored = list(ood_pred)
+    _write_scores(context, run, metrics, plot_arrays(p_id, scores, run.data), scored, differs, now)
+    return scored, differs
+
+
+def _predict_added_set(context: Rescoring, run: StoredRun, name: str, ood_pred: dict) -> None:
+    """Add the run's predictions on the OOD set ``name`` to ``ood_pred``, under the set's own seed;
+    a set that cannot be had is noted in ``context.skipped`` and left out."""
+    key = (run.config.protocol.id_dataset, name)
+    if key not in context.loaded:
+        try:
+            context.loaded[key] = ood_images(context.data_dir, name, run.data.test_images,
+                                             context.download and not ood_sets.SETS[name].optional)
+        except OodUnavailable as exc:
+            context.loaded[key] = None
+            context.skipped[name] = str(exc)
+    if context.loaded[key] is None:
+        return
+    torch.manual_seed(_stream(run.config.seed, name))
+    ood_pred[name] = predict_split(run.method, run.model, prepared_split(run.data, *context.loaded[key]),
+                                   run.data.n_classes, context.device, f"OOD set {name}")
+
+
+def _write_scores(context: Rescoring, run: StoredRun, metrics: dict, arrays: dict, scored: list[str],
+                  differs: str, now: str) -> None:
+    """The run's new metrics into each record that takes them, with what they were scored with and
+    whether the stored metrics came back; the OOD sets are saved before the (long) shift suite starts."""
+    for record in run.targets:
+        notes = parse_skipped(record.get("ood_skipped"))
+        notes = {n: why for n, why in notes.items() if n not in scored}
+        notes.update({n: why for n, why in context.skipped.items() if n in context.ood})
+        record.update(metrics, scored_ood_sets=" ".join(scored),
+                      ood_skipped="; ".join(f"{k}: {v}" for k, v in notes.items()),
+                      evaluation={**record.get("evaluation", {}), "evaluated_at": now, **provenance.stamp(),
+                                  "ood_sets": scored, "generated_ood_seed": ood_sets.SEED,
+                                  "weights_of": run.source["run_id"], "device": str(context.device),
+                                  "threads": torch.get_num_threads(), "reproduced_stored_metrics": not differs})
+        context.store.add(record, arrays)
+
+
+def _score_shifts(context: Rescoring, runs: list[StoredRun], levels: list[tuple[str, float]],
+                  shift_seed: int) -> list[list[dict]]:
+    """Each run's rows of the shift suite: one per (shift, level), each level predicted under its own
+    seed, with the share of never-lit pixels that the shift lights."""
     rows: list[list[dict]] = [[] for _ in runs]
     dead = {}  # per ID dataset: the pixels that are 0 in every training image (weights that data never constrains)
-    for name, level in tqdm(levels, desc="shift suite", unit="level", disable=not progress):
+    for name, level in tqdm(levels, desc="shift suite", unit="level", disable=not context.progress):
         generated, lit = {}, {}
         for i, run in enumerate(runs):
             dataset = run.config.protocol.id_dataset
             if dataset not in generated:
                 shifted = shifts.shifted(run.data.test_images.numpy(), name, level, shift_seed)
                 if dataset not in dead:
-                    dead[dataset] = load_images(Path(data_dir), dataset, True, download)[0].amax(dim=0).numpy() == 0
+                    dead[dataset] = load_images(context.data_dir, dataset, True,
+                                                context.download)[0].amax(dim=0).numpy() == 0
                 lit[dataset] = float((shifted[:, dead[dataset]] > 0).mean()) if dead[dataset].any() else 0.0
                 generated[dataset] = torch.from_numpy(shifted)
-            _threads(run, threads)
+            _threads(run, context.threads)
             split = prepared_split(run.data, generated[dataset], run.data.test.y)
             torch.manual_seed(_stream(run.config.seed, name, level))
-            probs, _ = predict_split(run.method, run.model, split, run.data.n_classes, device, f"shift {name} {level:g}")
+            probs, _ = predict_split(run.method, run.model, split, run.data.n_classes, context.device,
+                                     f"shift {name} {level:g}")
             rows[i].append({"shift": name, "level": level, "shift_seed": shift_seed, "dead_pixels_lit": lit[dataset],
                             **shift_metrics(probs, run.data.test.y.numpy())})
-    if levels:
-        for run, new_rows in zip(runs, rows):
-            for record in run.targets:
-                fresh = {(r["shift"], r["level"]) for r in new_rows}
-                kept = [r for r in record.get("shifts", []) if (r["shift"], r["level"]) not in fresh]
-                record["shifts"] = kept + new_rows  # one row per (shift, level): the latest
-                evaluation = record["evaluation"]
-                evaluation["shifts"] = list(dict.fromkeys(r["shift"] for r in record["shifts"]))
-                evaluation["shift_seed"] = shift_seed
-                store.add(record, None)  # the cached predictions were written with the OOD sets
-    return Evaluated(len(runs), missing + broken, differing, list(dict.fromkeys(scored_sets)), skipped, len(levels))
+    return rows
+
+
+def _write_shifts(store: RunStore, runs: list[StoredRun], rows: list[list[dict]], shift_seed: int) -> None:
+    """Each run's shift rows into its records: one row per (shift, level), the latest; rows of
+    other levels from earlier calls are kept."""
+    for run, new_rows in zip(runs, rows):
+        for record in run.targets:
+            fresh = {(r["shift"], r["level"]) for r in new_rows}
+            kept = [r for r in record.get("shifts", []) if (r["shift"], r["level"]) not in fresh]
+            record["shifts"] = kept + new_rows
+            evaluation = record["evaluation"]
+            evaluation["shifts"] = list(dict.fromkeys(r["shift"] for r in record["shifts"]))
+            evaluation["shift_seed"] = shift_seed
+            store.add(record, None)  # the cached predictions were written with the OOD sets
 
 
 def _threads(run: StoredRun, threads: int | None) -> None:

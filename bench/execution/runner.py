@@ -12,7 +12,7 @@ import torch
 from bench import provenance
 from bench.config import Execution, RunConfig
 from bench.data.loaders import BenchData
-from bench.evaluation.metrics import evaluate
+from bench.evaluation.metrics import run_metrics
 from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
 from bench.evaluation.columns import ood_column, score_key
 from bench.models import training_flops_per_sample
@@ -74,7 +74,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
             elif isinstance(result, Exception):
                 out[i] = _failed(records[i], "training", result)
             else:
-                out[i] = _evaluate(configs[i], method, result, datas[i], device, records[i])
+                out[i] = _score_run(configs[i], method, result, datas[i], device, records[i])
                 if save_weights is not None and out[i][0]["status"] == "ok":
                     save_weights(configs[i].run_id, {k: v.cpu() for k, v in result.model.state_dict().items()})
     return out
@@ -116,8 +116,8 @@ def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:
     return record, None
 
 
-def _evaluate(config: RunConfig, method, result, data: BenchData, device, record: dict) -> tuple[dict, dict | None]:
-    """Predict on every split, check the predictions, evaluate: the run's finished record."""
+def _score_run(config: RunConfig, method, result, data: BenchData, device, record: dict) -> tuple[dict, dict | None]:
+    """Predict on every split, check the predictions, compute the metrics: the run's finished record."""
     start = time.perf_counter()
     try:
         p_val, (p_id, own_id), ood = predict_splits(config, method, result.model, data, device)
@@ -131,8 +131,8 @@ def _evaluate(config: RunConfig, method, result, data: BenchData, device, record
     except Exception as exc:  # noqa: BLE001
         return _failed(record, "predicting", exc)
     try:
-        metrics, scores = evaluate(p_id, data.test.y.numpy(), {n: p for n, (p, _) in ood.items()},
-                                   p_val, data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood.items()})
+        metrics, scores = run_metrics(p_id, data.test.y.numpy(), {n: p for n, (p, _) in ood.items()},
+                                      p_val, data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood.items()})
         arrays = plot_arrays(p_id, scores, data)
     except Exception as exc:  # noqa: BLE001
         return _failed(record, "evaluating", exc)

@@ -20,15 +20,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from bench.evaluation.columns import PRIMARY, ood_column, scored_sets, with_primary  # noqa: E402
+from bench.evaluation.catalog import ABLATION, shown_in  # noqa: E402
+from bench.evaluation.columns import PRIMARY, scored_sets, with_primary  # noqa: E402
 from bench.reporting.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
+from bench.reporting.figures import record_figures  # noqa: E402
 from bench.store import without_candidates, write_csv  # noqa: E402
 
-# (column, title); AUROC_PRIMARY stands for each run's AUROC by its method's own score vs the first OOD set
-AUROC_PRIMARY = "auroc_primary"
-METRICS = [("id_acc", "ID accuracy"), ("id_nll_nats", "ID NLL (nats)"), ("id_ece", "ID ECE (15 bins)"),
-           ("augrc_one_minus_max_prob", "ID AUGRC\n(max probability)"),
-           (AUROC_PRIMARY, "AUROC vs {set}\n(each method's score)"), ("param_abs_mean", "mean |θ| (kept weights)")]
 NOT_OPTIONS = {"run_id", "method", "label", "variant", "preset", "ood_split", "primary_score", "seed",
                *PROTOCOL_COLUMNS}
 
@@ -58,9 +55,10 @@ def config_axes(configs: list) -> list[str]:
 
 
 def _metrics(ood_set: str | None) -> list[tuple[str, str]]:
-    """METRICS with the AUROC column of the first OOD set (none without one)."""
-    return [(ood_column("auroc", PRIMARY, ood_set), title.replace("{set}", ood_set)) if m == AUROC_PRIMARY
-            else (m, title) for m, title in METRICS if m != AUROC_PRIMARY or ood_set]
+    """The ablation's metrics (catalog.ABLATION) as (column, title): a per-OOD-set one against the
+    first OOD set, by each run's own score (none without a set)."""
+    return [(metric.column(PRIMARY, s), metric.title(ABLATION, s)) for metric in shown_in(ABLATION)
+            for s in metric.sets([ood_set] if ood_set else [])]
 
 
 def _with_primary_auroc(runs: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
@@ -235,15 +233,14 @@ def write_ablation(out: Path, runs: pd.DataFrame, keys: list[str], histories: di
     files = [out / "ablation.csv"]
     if not plots:
         return files
-    for stale in out.glob("ablation*.png"):  # an axis of the last grid may be gone
-        stale.unlink()
     sns.set_theme(style="whitegrid", context="notebook")
+    figures = []
     for group, frame, ood_set, axes in protocols:
         for axis in axes:
-            files.append(plot_axis(out / f"ablation{group.tag}_{axis}.png", group.label, frame, axis, axes, ood_set))
+            figures.append(plot_axis(out / f"ablation{group.tag}_{axis}.png", group.label, frame, axis, axes, ood_set))
         epochs = plot_epochs(out / f"ablation{group.tag}_epochs.png", group.label, frame,
                              {rid: histories.get(rid, []) for rid in frame["run_id"]}, axes)
-        if epochs:
-            files.append(epochs)
+        figures += [epochs] if epochs else []
     plt.close("all")
-    return files
+    record_figures(out, "ablation", figures)  # removes the plot of an axis the last grid had
+    return files + figures

@@ -20,10 +20,9 @@ import pandas as pd
 from scipy import stats
 
 from bench.config import REFERENCE_METHOD
-from bench.evaluation.metrics import NLL_CLAMP, ood_metrics
-from bench.evaluation.calibration import ECE_BINS, binned_ece
-from bench.evaluation.columns import ood_column, score_key
-from bench.evaluation.selective import selective_metrics
+from bench.evaluation.catalog import CATALOG, PAIRED, Metric, shown_in
+from bench.evaluation.metrics import ood_metrics
+from bench.evaluation.columns import PRIMARY, score_key
 
 LEVEL = 0.95
 
@@ -70,23 +69,26 @@ def _list(seeds: list) -> str:
     return ", ".join(map(str, seeds))
 
 
-AUROC_PREFIX = "auroc_vs_"  # a paired metric per OOD set: each row's AUROC by its own score
+def paired_metric(metric: Metric, ood_set: str = "") -> str:
+    """The paired table's name of a metric: its name, or against one OOD set 'auroc_vs_mnist'."""
+    return f"{metric.name}_vs_{ood_set}" if metric.per_ood_set else metric.name
 
 
-def auroc_metric(ood_set: str) -> str:
-    """The paired table's name of the AUROC against one OOD set: 'auroc_vs_mnist'."""
-    return f"{AUROC_PREFIX}{ood_set}"
+def read_paired_metric(name: str) -> tuple[Metric, str] | None:
+    """A paired table's metric name -> (its catalog metric, its OOD set or ''); None when the
+    catalog has no such metric."""
+    if name in CATALOG and not CATALOG[name].per_ood_set:
+        return CATALOG[name], ""
+    return next(((m, name[len(m.name) + len("_vs_"):]) for m in CATALOG.values()
+                 if m.per_ood_set and name.startswith(f"{m.name}_vs_")), None)
 
 
-def auroc_set(metric: str) -> str | None:
-    """The OOD set of a paired AUROC metric name, None for any other metric."""
-    return metric.removeprefix(AUROC_PREFIX) if metric.startswith(AUROC_PREFIX) else None
+def _score(metric: Metric, primary_score: str) -> str:
+    """The score a per-OOD-set metric ranks a run by: its own primary score, or the metric's."""
+    return primary_score if metric.score == PRIMARY else metric.score
 
 
 DEFAULT_LOSS = "ce"  # a method without a loss option trains on cross-entropy
-# (column, title, scale, digits) of the paired columns; "auroc" is per OOD set, each row by its own score
-PAIRED = [("id_acc", "Δ ID acc", 100, 2), ("id_nll_nats", "Δ NLL", 1, 3), ("id_ece", "Δ ECE", 1, 3),
-          ("auroc", "Δ AUROC vs {set}", 1, 3), ("augrc_one_minus_max_prob", "Δ AUGRC", 1, 4)]
 
 
 def options_of(run: pd.Series, option_names: list[str]) -> dict:
@@ -108,9 +110,9 @@ def choose_reference(variant_runs: pd.DataFrame, references: dict[str, pd.DataFr
 
 def paired_table(runs: pd.DataFrame, option_names: list[str], sets: list[str],
                  reference: Callable[[pd.DataFrame], bool] | None = None) -> pd.DataFrame:
-    """Per row (variant) of one protocol's runs, the paired difference of each PAIRED metric to its
-    reference row: by default the deep-ensemble row whose options agree most (``choose_reference``);
-    the reference rows themselves get none.
+    """Per row (variant) of one protocol's runs, the paired difference of each paired metric
+    (catalog.PAIRED) to its reference row: by default the deep-ensemble row whose options agree most
+    (``choose_reference``); the reference rows themselves get none.
     Long form: variant, reference, metric, n, mean, low, high, real, note."""
     if runs.empty:
         return pd.DataFrame(columns=["variant", "reference", "metric", "n", "mean", "low", "high", "real", "note"])
@@ -122,44 +124,30 @@ def paired_table(runs: pd.DataFrame, option_names: list[str], sets: list[str],
         if not references or variant in references:  # a reference row is what the others are compared with
             continue
         ref = choose_reference(frame, references, option_names)
-        for column, _, _, _ in PAIRED:
-            for metric, own, theirs in _columns(column, frame, references[ref], sets):
-                rows.append({"variant": variant, "reference": ref, "metric": metric,
+        for metric in shown_in(PAIRED):
+            for s in metric.sets(sets):  # a per-OOD-set metric: each row by its own score
+                own, theirs = (_column(metric, f, s) for f in (frame, references[ref]))
+                rows.append({"variant": variant, "reference": ref, "metric": paired_metric(metric, s),
                              **pair(frame, references[ref], own, theirs)})
     return pd.DataFrame(rows)
 
 
-def _columns(column: str, row: pd.DataFrame, reference: pd.DataFrame, sets: list[str]):
-    """(metric name, the row's column, the reference's column): an OOD metric by each row's own score."""
-    if column != "auroc":
-        yield column, column, column
-        return
-    for s in sets:
-        yield (auroc_metric(s), ood_column("auroc", row["primary_score"].iloc[0], s),
-               ood_column("auroc", reference["primary_score"].iloc[0], s))
+def _column(metric: Metric, runs: pd.DataFrame, ood_set: str) -> str:
+    """The column of a metric for one row's runs: a per-OOD-set one by the row's primary score."""
+    return metric.column(runs["primary_score"].iloc[0], ood_set) if metric.per_ood_set else metric.name
 
 
-def _cached_metric(metric: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
-    """One PAIRED metric of a run on a resample of its cached test predictions (nan when the
-    cache lacks what it needs)."""
-    correct = (arrays["id_pred"] == arrays["id_label"])[id_idx]
-    if metric == "id_acc":
-        return float(correct.mean())
-    if metric == "id_nll_nats":
-        if "id_p_true" not in arrays:
+def _cached_metric(name: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
+    """One paired metric of a run on a resample of its cached test predictions (nan when the
+    cache lacks what it needs, or the metric has no form on the cache)."""
+    metric, ood_set = read_paired_metric(name) or (None, "")
+    if metric is not None and metric.per_ood_set:
+        score = _score(metric, primary_score)
+        if score_key(score) not in arrays or score_key(score, ood_set) not in arrays:
             return math.nan
-        return float(-np.log(np.clip(arrays["id_p_true"][id_idx].astype(np.float64), NLL_CLAMP, None)).mean())
-    if metric == "id_ece":
-        return binned_ece(arrays["id_conf"][id_idx].astype(np.float64), correct, ECE_BINS)
-    if metric == "augrc_one_minus_max_prob":
-        return selective_metrics(-arrays[score_key("one_minus_max_prob")][id_idx].astype(np.float64),
-                                 (~correct).astype(np.float64))["augrc"]
-    if (ood_set := auroc_set(metric)) is not None:
-        key = score_key(primary_score, ood_set)
-        if key not in arrays:
-            return math.nan
-        return ood_metrics(arrays[score_key(primary_score)][id_idx], arrays[key][ood_idx[ood_set]])["auroc"]
-    raise ValueError(f"no cached form of {metric}")
+        return ood_metrics(arrays[score_key(score)][id_idx],
+                           arrays[score_key(score, ood_set)][ood_idx[ood_set]])[metric.ood_metric]
+    return metric.from_cache(arrays, id_idx) if metric is not None and metric.from_cache else math.nan
 
 
 def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, n_boot: int,
@@ -188,7 +176,8 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
                              "resamples": n_boot, "real": False, "note": f"no cached predictions: {exc}"})
                 continue
             n = len(arrays_a["id_label"])
-            sets = [o for o in map(auroc_set, frame["metric"]) if o is not None]
+            sets = list(dict.fromkeys(parsed[1] for parsed in map(read_paired_metric, frame["metric"])
+                                      if parsed and parsed[1]))
             sizes = {o: len(arrays_a.get(score_key("pred_entropy", o), [])) for o in sets}
             rng = np.random.default_rng([seed, int(s), *map(ord, f"{variant}|{reference}")])
             draws = [(rng.integers(0, n, n), {o: rng.integers(0, m, m) for o, m in sizes.items()})
@@ -201,11 +190,20 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
                 observed = diff(whole)
                 boot = np.array([diff(d) for d in draws]) if not math.isnan(observed) else np.array([math.nan])
                 low, high = (np.percentile(boot, [2.5, 97.5]) if np.isfinite(boot).all() else (math.nan, math.nan))
-                missing = ("no id_p_true in the cached predictions (cached before dare-bench 0.3.0)"
-                           if metric == "id_nll_nats" else "a score this metric needs is not in the cached predictions")
+                missing = _missing_note(metric)
                 rows.append({"variant": variant, "reference": reference, "seed": int(s), "metric": metric,
                              "difference": observed, "low": float(low), "high": float(high),
                              "real": bool(low > 0 or high < 0), "resamples": n_boot,
                              "note": "" if not math.isnan(observed) else missing})
     return pd.DataFrame(rows, columns=["variant", "reference", "seed", "metric", "difference", "low", "high",
                                        "real", "resamples", "note"])
+
+
+def _missing_note(name: str) -> str:
+    """Why a paired metric has no value on the cached predictions."""
+    metric = (read_paired_metric(name) or (None, ""))[0]
+    if metric is None or not (metric.per_ood_set or metric.from_cache):
+        return "the cached predictions hold no form of this metric"
+    if metric.name == "id_nll_nats":
+        return "no id_p_true in the cached predictions (cached before dare-bench 0.3.0)"
+    return "a score this metric needs is not in the cached predictions"

@@ -52,8 +52,8 @@ def _quantities(summary: pd.DataFrame, published: pd.DataFrame) -> list[tuple[st
 REFERENCE_LABELS = ("DE (NLL)", "DE (MSE)")  # the rows the paper compares against: paired differences to each
 
 
-def paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution: str,
-                runs: pd.DataFrame | None = None) -> pd.DataFrame:
+def build_paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution: str,
+                      runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Tidy comparison: one row per (config, quantity). Percent units throughout. With ``runs`` (the
     runs behind the summary), each row also gets its paired difference to the DE (NLL) and DE (MSE)
     rows of its protocol over the seeds both finished (bench.reporting.paired): ``vs_de_nll_mean``, ``_low``,
@@ -262,7 +262,7 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     if in_distribution not in set(summary.get("id_dataset", [])):
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
-    table = paper_table(summary, published, in_distribution, runs)
+    table = build_paper_table(summary, published, in_distribution, runs)
     write_csv(table, out / "paper_table.csv")
     notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
              f"paper: {', '.join(sorted(set(published['source'])))} (mean ± sd, n = 5). "
@@ -280,7 +280,8 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     notes += [f"Skipped OOD set: {s}" for s in skipped or []]
     (out / "paper_table.md").write_text(format_markdown(table) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     files = [out / "paper_table.csv", out / "paper_table.md"]
-    if not table.empty:
-        files.append(plot_paper_table(table, out / "paper_table.png",
-                                      f"{in_distribution} in distribution: harness vs {published_name}"))
-    return table, files
+    figures = [] if table.empty else [plot_paper_table(table, out / "paper_table.png",
+                                                       f"{in_distribution} in distribution: harness vs {published_name}")]
+    from bench.reporting.figures import record_figures  # the figure modules import matplotlib
+    record_figures(out, "paper_table", figures)
+    return table, files + figures

@@ -1,7 +1,9 @@
-"""What every figure shares: the file-only matplotlib backend, the score labels, the colour palette
-and the title of a protocol's runs."""
+"""What every figure shares: the file-only matplotlib backend, the score labels, the colour palette,
+the title of a protocol's runs and what a protocol's figures are drawn from (ProtocolView)."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 
 import matplotlib
@@ -36,3 +38,26 @@ def slug(text: str) -> str:
 def protocol_title(runs) -> str:
     presets = ", ".join(dict.fromkeys(map(str, runs["preset"])))
     return f"preset {presets}: {runs['id_dataset'].iloc[0]} in distribution"
+
+
+@dataclasses.dataclass
+class ProtocolView:
+    """What the figures of one protocol are drawn from (bench.reporting.figures builds one per protocol
+    of a report and hands it to every registered figure)."""
+    title: str                       # the protocol's label, shown in every title
+    tag: str                         # appended to each file name ("" for a folder's own protocol)
+    runs: pd.DataFrame               # its finished runs, each with its AUROC by its primary score (with_primary)
+    arrays: dict[str, dict]          # run id -> the run's cached scores (RunStore.load_arrays)
+    sets: list[str]                  # its own OOD sets that were scored
+    class_names: tuple[str, ...] | None
+    differences: pd.DataFrame        # its paired differences to the deep ensemble (bench.reporting.paired)
+    shift: pd.DataFrame | None       # its rows of shift.csv (bench evaluate), None before
+    shift_levels: pd.DataFrame | None  # those rows at the table level (MNIST-C's severity)
+
+    @functools.cached_property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(self.runs["variant"]))
+
+    @functools.cached_property
+    def colors(self) -> dict[str, tuple]:
+        return palette(self.variants)

@@ -13,18 +13,14 @@ import pandas as pd
 
 from bench.config import Protocol, available_presets, load_preset, make_protocol
 from bench.errors import BenchError
-from bench.evaluation.columns import OOD_METRICS, ood_column, scored_sets
+from bench.evaluation.catalog import PAIRED, SUMMARY, shown_in
+from bench.evaluation.columns import scored_sets
 from bench.store import RunStore, parse_skipped, sorted_runs, summarize, without_candidates, write_csv
 from bench.reporting.formatting import format_difference, mean_std
-from bench.data.loaders import DATASET_CLASSES
 from bench.reporting import shift_tables
-from bench.reporting.paired import paired_table, bootstrap_table, PAIRED, auroc_metric
+from bench.reporting.paired import paired_table, bootstrap_table, paired_metric
 from bench.reporting.paper import format_markdown, write_paper_table
 
-# (column, title, scale, digits); an OOD metric (auroc, fpr95) is shown per OOD set, by each row's primary score
-HEADLINE = [("id_acc", "ID acc", 100, 2), ("id_nll_nats", "NLL (nats)", 1, 3), ("id_ece", "ECE", 1, 3),
-            ("auroc", "AUROC vs {set}", 1, 3), ("fpr95", "FPR@95 vs {set}", 1, 3),
-            ("augrc_one_minus_max_prob", "AUGRC", 1, 4), ("train_seconds", "train s", 1, 1)]
 PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
 
 
@@ -92,20 +88,11 @@ def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
 
 
 def headline(summary) -> list[tuple[Callable[[str], str], str, float, int]]:
-    """HEADLINE with the OOD metrics expanded to the OOD sets present: (the column for a row's
-    primary score, title, scale, digits)."""
+    """The summary's metrics (catalog.SUMMARY), each per-OOD-set one against every OOD set present:
+    (the column for a row's primary score, title, scale, digits)."""
     sets = list(dict.fromkeys(s for v in summary.get("ood_sets", []) for s in str(v).split()))
-    out = []
-    for col, title, scale, digits in HEADLINE:
-        if col in OOD_METRICS:
-            out += [(functools.partial(_ood_column, col, s), title.replace("{set}", s), scale, digits) for s in sets]
-        else:
-            out.append((lambda _score, c=col: c, title, scale, digits))
-    return out
-
-
-def _ood_column(metric: str, ood_set: str, score: str) -> str:
-    return ood_column(metric, score, ood_set)
+    return [(functools.partial(metric.column, ood_set=s), metric.title(SUMMARY, s), metric.scale, metric.digits)
+            for metric in shown_in(SUMMARY) for s in metric.sets(sets)]
 
 
 def format_summary(summary, markdown: bool = False) -> str:
@@ -170,25 +157,11 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     for error in runs.get("error", pd.Series(dtype=object)).dropna().unique():
         echo(f"error recorded: {error}")
     if compare_to and not runs.empty:
-        files += paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
-    if plots:
-        from bench.reporting.run_plots import PLOT_FILES, plot_all
-        from bench.reporting.shift_plots import SHIFT_PLOT_FILES, shift_curves, shift_heatmaps
-        for pattern in PLOT_FILES + SHIFT_PLOT_FILES:  # last report's plots: a protocol or variant may have gone since
-            for stale in store.out.glob(pattern):
-                stale.unlink()
-        from bench.reporting.forest_plots import forest_plot
-        for group, differences in zip(groups, paired):
-            names = tuple(DATASET_CLASSES[group.runs["id_dataset"].iloc[0]].classes)
-            files += plot_all(store, group.runs, names, group.label, group.tag)
-            forest = forest_plot(store.out / f"forest{group.tag}.png", group.label, differences)
-            files += [forest] if forest else []
-        for group, tables in zip(groups, robust):
-            if tables.get("shift_rows") is not None and len(tables["shift_rows"]):
-                files += [shift_curves(store.out / f"shift_curves{group.tag}.png", group.label, tables["shift_rows"],
-                                       group.runs[group.runs["status"] == "ok"]),
-                          shift_heatmaps(store.out / f"shift_table{group.tag}.png", group.label,
-                                         tables["shift_table_rows"])]
+        files += report_paper_table(store, runs, summarize(runs, keys), compare_to, echo=echo)
+    if plots:  # the figure modules import matplotlib: only when a figure is drawn
+        from bench.reporting.figures import protocol_view, write_figures
+        files += write_figures(store.out, [protocol_view(store, group, differences, tables)
+                                           for group, differences, tables in zip(groups, paired, robust)])
     for path in files:
         echo(f"wrote {path}")
     return files
@@ -243,8 +216,8 @@ def format_paired(differences: pd.DataFrame, sets: list[str]) -> str:
     excludes 0; empty when the protocol has no reference row."""
     if differences.empty:
         return ""
-    columns = [(auroc_metric(s), title.replace("{set}", s), scale, digits) if c == "auroc" else (c, title, scale, digits)
-               for c, title, scale, digits in PAIRED for s in (sets if c == "auroc" else [""])]
+    columns = [(paired_metric(metric, s), metric.title(PAIRED, s), metric.scale, metric.digits)
+               for metric in shown_in(PAIRED) for s in metric.sets(sets)]
     header = ["variant", "reference", "pairs"] + [title for _, title, _, _ in columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     notes = []
@@ -270,7 +243,8 @@ def skipped_sets(runs: pd.DataFrame) -> list[str]:
     return [reasons[name] for name in sorted(reasons)]
 
 
-def paper_table(store, runs, summary, published: str, in_distribution: str | None = None, echo=print) -> list:
+def report_paper_table(store, runs, summary, published: str, in_distribution: str | None = None,
+                       echo=print) -> list:
     """Write and print the runs beside a published table (see bench.reporting.paper)."""
     table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
     echo(format_markdown(table))

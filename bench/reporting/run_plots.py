@@ -1,6 +1,7 @@
 """The figures of one protocol's runs, from the stored records and cached scores (PNG,
 matplotlib/seaborn): the comparison strip plot, OOD histograms and ROC curves, reliability
-diagrams, risk-coverage curves and the most uncertain test images."""
+diagrams, risk-coverage curves and the most uncertain test images. Each is drawn from a
+ProtocolView and named after its file (bench.reporting.figures registers them)."""
 from __future__ import annotations
 
 import textwrap
@@ -9,57 +10,20 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import seaborn as sns
 from sklearn.metrics import roc_curve
 
-from bench.evaluation.columns import PRIMARY, ood_column, score_key, scored_sets, with_primary
-from bench.reporting.plotting import palette, primary_of, protocol_title, score_label, slug
-from bench.store import RunStore
+from bench.evaluation.catalog import COMPARISON, shown_in
+from bench.evaluation.columns import PRIMARY, ood_column, score_key
+from bench.reporting.plotting import ProtocolView, primary_of, score_label
 from bench.evaluation.calibration import ECE_BINS, reliability_bins
 from bench.evaluation.selective import rc_curve, risk_at_coverage
 
-# every file plot_all writes matches one of these (a new report replaces them all)
-PLOT_FILES = ("comparison*.png", "ood_histograms*.png", "roc_curves*.png", "top_uncertain*.png", "reliability*.png",
-              "smooth_reliability*.png", "risk_coverage*.png", "forest*.png")
-
-
-def plot_all(store: RunStore, runs: pd.DataFrame, class_names: tuple[str, ...] | None = None,
-             protocol: str = "", tag: str = "") -> list[Path]:
-    """Every plot for the given (successful) runs of one protocol, named ``protocol`` in each title;
-    ``tag`` is appended to the file names (a folder with several protocols). Returns the files written."""
-    runs = runs[runs["status"] == "ok"]
-    if runs.empty:
-        return []
-    sns.set_theme(style="whitegrid", context="notebook")
-    variants = list(dict.fromkeys(runs["variant"]))
-    colors = palette(variants)
-    arrays = {rid: store.load_arrays(rid) for rid in runs["run_id"]}
-    sets = scored_sets(runs, added=False)  # the protocol's; the OOD suite has its own figure
-    runs = with_primary(runs, sets)  # each run's AUROC by the score its method is reported with
-    title = protocol or protocol_title(runs)
-    files = [_comparison(store.out / f"comparison{tag}.png", title, runs, variants, colors, sets)]
-    if sets:
-        files += [_histograms(store.out / f"ood_histograms{tag}.png", title, runs, variants, colors, arrays, sets[0]),
-                  _roc_curves(store.out / f"roc_curves{tag}.png", title, runs, variants, colors, arrays, sets[0])]
-    files.append(_reliability(store.out / f"reliability{tag}.png", title, runs, variants, colors, arrays))
-    if "augrc_one_minus_max_prob" in runs:
-        files.append(_risk_coverage(store.out / f"risk_coverage{tag}.png", title, runs, variants, colors, arrays))
-        files.append(_smooth_reliability(store.out / f"smooth_reliability{tag}.png", title, runs, variants, colors,
-                                         arrays))
-    for variant in variants:
-        first = runs[runs["variant"] == variant].sort_values("seed").iloc[0]
-        files.append(_top_uncertain(store.out / f"top_uncertain{tag}_{slug(variant)}.png", title, variant,
-                                    int(first["seed"]), arrays[first["run_id"]], class_names))
-    plt.close("all")
-    return files
-
-
-def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
-    panels = ([("id_acc", "ID test accuracy")]
-              + [(ood_column("auroc", PRIMARY, s), f"AUROC vs {s}\n(each method's score)") for s in sets]
-              + [(ood_column("auroc", "mutual_info", s), f"AUROC vs {s}\n(mutual information)") for s in sets[:1]]
-              + [("id_ece", "ID ECE (15 bins)")])
+def comparison(path: Path, view: ProtocolView) -> None:
+    """Each headline metric per variant: the seeds as dots, their mean ± sd as a diamond."""
+    title, runs, variants, colors, sets = view.title, view.runs, view.variants, view.colors, view.sets
+    panels = [(metric.column(PRIMARY, s), metric.title(COMPARISON, s)) for metric in shown_in(COMPARISON)
+              for s in metric.sets(sets)]  # the catalog's; a per-OOD-set metric by each run's own score
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.7 * len(variants) + 2.2),
                              sharey=True)
     # seaborn jitters strip plots with numpy's global RNG: fix it so the same records give the same PNG
@@ -84,10 +48,12 @@ def _comparison(path: Path, title: str, runs, variants, colors, sets) -> Path:
                  "dots: single seeds", y=1.04)
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
 
-def _histograms(path: Path, title: str, runs, variants, colors, arrays, ood_set: str) -> Path:
+def ood_histograms(path: Path, view: ProtocolView) -> None:
+    """Per variant, its primary score on the ID test split against the first OOD set, seeds pooled."""
+    title, runs, variants, colors, arrays, ood_set = (view.title, view.runs, view.variants, view.colors,
+                                                      view.arrays, view.sets[0])
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
     for ax, variant in zip(axes[0], variants):
         ids, score = runs.loc[runs["variant"] == variant, "run_id"], primary_of(runs, variant)
@@ -105,10 +71,12 @@ def _histograms(path: Path, title: str, runs, variants, colors, arrays, ood_set:
     fig.suptitle(f"{title}; {ood_set} shown; all seeds pooled (x axis clipped at the 99.5th percentile)")
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
 
-def _roc_curves(path: Path, title: str, runs, variants, colors, arrays, ood_set: str) -> Path:
+def roc_curves(path: Path, view: ProtocolView) -> None:
+    """ROC curves against the first OOD set by each variant's primary score, one line per seed."""
+    title, runs, variants, colors, arrays, ood_set = (view.title, view.runs, view.variants, view.colors,
+                                                      view.arrays, view.sets[0])
     fig, ax = plt.subplots(figsize=(5.2, 5))
     for variant in variants:
         sub, score = runs[runs["variant"] == variant], primary_of(runs, variant)
@@ -126,30 +94,38 @@ def _roc_curves(path: Path, title: str, runs, variants, colors, arrays, ood_set:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
 
-def _top_uncertain(path: Path, title: str, variant: str, seed: int, arr: dict, class_names) -> Path:
-    k = len(arr["top_index"])
-    fig, axes = plt.subplots(1, k, figsize=(2.1 * k, 2.6))
-    for ax, i in zip(np.atleast_1d(axes), range(k)):
-        idx = int(arr["top_index"][i])
-        ax.imshow(arr["top_images"][i], cmap="gray_r")
-        pred, true = int(arr["id_pred"][idx]), int(arr["id_label"][idx])
-        name = (lambda c: class_names[c].split(" - ")[0]) if class_names else str
-        ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
-                     f"H = {arr[score_key('pred_entropy')][idx]:.2f} bits", fontsize=8,
-                     color="black" if pred == true else "crimson")
-        ax.axis("off")
-    fig.suptitle(f"{title}\nTop-{k} most uncertain test predictions: {variant}, seed {seed}", fontsize=9)
-    fig.tight_layout()
+def top_uncertain(path: Path, view: ProtocolView) -> None:
+    """A row per variant: the most uncertain ID test images of its first seed (by predictive entropy),
+    each with the prediction and its confidence, the true class (red: wrong) and the entropy."""
+    firsts = [view.runs[view.runs["variant"] == v].sort_values("seed").iloc[0] for v in view.variants]
+    k = max(len(view.arrays[first["run_id"]]["top_index"]) for first in firsts)
+    name = (lambda c: view.class_names[c].split(" - ")[0]) if view.class_names else str
+    fig = plt.figure(figsize=(2.1 * k, 2.9 * len(firsts) + 0.5), layout="constrained")
+    for row, first in zip(np.atleast_1d(fig.subfigures(len(firsts), 1)), firsts):
+        arr = view.arrays[first["run_id"]]
+        for c, ax in enumerate(row.subplots(1, k, squeeze=False)[0]):
+            ax.axis("off")
+            if c >= len(arr["top_index"]):
+                continue
+            idx = int(arr["top_index"][c])
+            ax.imshow(arr["top_images"][c], cmap="gray_r")
+            pred, true = int(arr["id_pred"][idx]), int(arr["id_label"][idx])
+            ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
+                         f"H = {arr[score_key('pred_entropy')][idx]:.2f} bits", fontsize=8,
+                         color="black" if pred == true else "crimson")
+        row.suptitle(textwrap.fill(f"{first['variant']}, seed {int(first['seed'])}", 150), fontsize=8,
+                     fontweight="bold")
+    fig.suptitle(f"{view.title}\nTop-{k} most uncertain ID test predictions per variant (its first seed); "
+                 "red: wrong", fontsize=9)
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
 
-def _reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+def reliability(path: Path, view: ProtocolView) -> None:
     """Per variant: accuracy per confidence bin (the ECE's 15 bins) as mean ± sd over seeds, against
     the diagonal, the gap shaded; beneath, the share of test samples per bin."""
+    title, runs, variants, colors, arrays = view.title, view.runs, view.variants, view.colors, view.arrays
     edges = np.linspace(0, 1, ECE_BINS + 1)
     centers, width = (edges[:-1] + edges[1:]) / 2, 1 / ECE_BINS
     cols = min(len(variants), 4)
@@ -190,12 +166,12 @@ def _reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path
                  "beneath: share of ID test samples per bin", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
 
-def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+def risk_coverage(path: Path, view: ProtocolView) -> None:
     """Selective risk against coverage per variant (confidence: the max mean probability), the mean
     over seeds of each seed's RC curve read at a grid of coverages (bench.evaluation.selective)."""
+    title, runs, variants, colors, arrays = view.title, view.runs, view.variants, view.colors, view.arrays
     grid = np.linspace(0.05, 1, 96)
     fig, ax = plt.subplots(figsize=(6, 4.6))
     for variant in variants:
@@ -217,14 +193,14 @@ def _risk_coverage(path: Path, title: str, runs, variants, colors, arrays) -> Pa
     ax.legend(fontsize=6.5, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
 
-def _smooth_reliability(path: Path, title: str, runs, variants, colors, arrays) -> Path:
+def smooth_reliability(path: Path, view: ProtocolView) -> None:
     """Per variant, relplot's smooth reliability diagram of the max mean probability (seeds pooled,
     its bootstrap band seeded), beside the binned one; the title gives the smooth ECE per seed as
     mean ± sd."""
-    import relplot
+    import relplot  # optional: only this figure needs it
+    title, runs, variants, colors, arrays = view.title, view.runs, view.variants, view.colors, view.arrays
     cols = min(len(variants), 4)
     rows = -(-len(variants) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.4 * rows), squeeze=False)
@@ -252,7 +228,4 @@ def _smooth_reliability(path: Path, title: str, runs, variants, colors, arrays) 
                  "band: bootstrap", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    return path
 
-
-# -- the shift suite (bench evaluate) -------------------------------------------------------------

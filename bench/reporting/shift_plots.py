@@ -11,24 +11,23 @@ import pandas as pd
 import seaborn as sns
 
 from bench.data import ood_sets, shifts
-from bench.data.loaders import load_images
-from bench.reporting.plotting import palette
+from bench.data.files import load_images
+from bench.reporting.plotting import ProtocolView, palette
 from bench.store import RunStore, id_datasets
 from bench.data.shifts import SHIFTS
-from bench.reporting.shift_tables import CLEAN
+from bench.evaluation.catalog import SHIFT_CURVES, clean_columns, shown_in
 
 
-SHIFT_PANELS = [("acc", "accuracy"), ("nll_nats", "NLL (nats)"), ("ece", "ECE (15 bins)"), ("augrc", "AUGRC"),
-                ("pred_entropy_bits", "predictive entropy (bits)"), ("mutual_info_bits", "mutual information (bits)")]
+def shift_panels() -> list[tuple[str, str]]:
+    """The shift curves' panels (the catalog's SHIFT_CURVES): (shift.csv metric, title)."""
+    return [(metric.name, metric.title(SHIFT_CURVES)) for metric in shown_in(SHIFT_CURVES)]
 
 
-SHIFT_PLOT_FILES = ("shift_curves*.png", "shift_table*.png")
-
-
-def shift_curves(path: Path, title: str, shift: pd.DataFrame, clean: pd.DataFrame) -> Path:
+def shift_curves(path: Path, view: ProtocolView) -> None:
     """Each metric against shift intensity, one line per variant, mean ± sd over seeds (band): rows
     rotation, translation and the mean over the MNIST-C corruptions that have severities. Level 0
     is the clean test split (the runs' own ID metrics)."""
+    title, shift, clean, panels = view.title, view.shift, view.runs, shift_panels()
     rows = [("rotation", "rotation (degrees)"), ("translation", "cyclic translation (pixels)"),
             ("mnist_c", "MNIST-C severity\n(mean over the graded corruptions)")]
     rows = [(family, label) for family, label in rows if (shift["family"] == family).any()]
@@ -36,13 +35,13 @@ def shift_curves(path: Path, title: str, shift: pd.DataFrame, clean: pd.DataFram
     colors = palette(variants)
     graded = [n for n, s in SHIFTS.items() if s.family != "mnist_c" or s.unit]
     per_run = (shift[shift["shift"].isin(graded)].groupby(["family", "variant", "run_id", "seed", "level"], sort=False)
-               [[m for m, _ in SHIFT_PANELS]].mean().reset_index())  # MNIST-C: the mean over corruptions
-    clean_rows = clean[clean["run_id"].isin(shift["run_id"])].rename(columns={v: k for k, v in CLEAN.items()})
-    fig, axes = plt.subplots(len(rows), len(SHIFT_PANELS), figsize=(3.1 * len(SHIFT_PANELS), 2.7 * len(rows)),
+               [[m for m, _ in panels]].mean().reset_index())  # MNIST-C: the mean over corruptions
+    clean_rows = clean[clean["run_id"].isin(shift["run_id"])].rename(columns=clean_columns())
+    fig, axes = plt.subplots(len(rows), len(panels), figsize=(3.1 * len(panels), 2.7 * len(rows)),
                              squeeze=False)
     for r, (family, label) in enumerate(rows):
         data = pd.concat([clean_rows.assign(family=family, level=0.0), per_run[per_run["family"] == family]])
-        for c, (metric, panel) in enumerate(SHIFT_PANELS):
+        for c, (metric, panel) in enumerate(panels):
             ax = axes[r][c]
             if metric not in data:
                 ax.axis("off")
@@ -64,12 +63,12 @@ def shift_curves(path: Path, title: str, shift: pd.DataFrame, clean: pd.DataFram
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return path
 
 
-def shift_heatmaps(path: Path, title: str, table: pd.DataFrame) -> Path:
+def shift_heatmaps(path: Path, view: ProtocolView) -> None:
     """The per-corruption table as heatmaps: rows variants, columns shifts at the table level (MNIST-C's
     severity), one panel per metric (mean over seeds)."""
+    title, table = view.title, view.shift_levels
     metrics = [("acc", "accuracy", "viridis"), ("ece", "ECE", "magma_r"), ("pred_entropy_bits", "predictive entropy (bits)", "cividis")]
     fig, axes = plt.subplots(len(metrics), 1, figsize=(3.5 + 0.62 * table["shift"].nunique(),
                                                        (0.32 * table["variant"].nunique() + 1.2) * len(metrics)),
@@ -86,7 +85,6 @@ def shift_heatmaps(path: Path, title: str, table: pd.DataFrame) -> Path:
                  "mean over seeds", fontsize=9)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return path
 
 
 def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path, seed: int = 0) -> Path:
@@ -97,7 +95,7 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
     names = names or list(shifts.SHIFTS)
     width = max(len(shifts.SHIFTS[n].levels) for n in names)
     rows = [(d, n) for d in datasets for n in names] + [(d, "OOD") for d in datasets]
-    width = max(width, len(ood_sets.GENERATED))
+    width = max(width, len(ood_sets.generated()))
     fig, axes = plt.subplots(len(rows), width + 1, figsize=(0.75 * (width + 1), 0.82 * len(rows)), squeeze=False)
     for r, (dataset, name) in enumerate(rows):
         test = load_images(Path(data_dir), dataset, False, False)[0].numpy()
@@ -105,7 +103,7 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
         axes[r][0].text(1.0, 0.5, f"{name}\n({dataset})" if len(datasets) > 1 else name, ha="right", va="center",
                         fontsize=6.5, transform=axes[r][0].transAxes)
         if name == "OOD":
-            cells = [(f"{n}", ood_sets.generate(n, test)[0]) for n in ood_sets.GENERATED]  # as scored
+            cells = [(f"{n}", ood_sets.generate(n, test)[0]) for n in ood_sets.generated()]  # as scored
         else:
             spec = shifts.SHIFTS[name]
             cells = [(f"{lv:g}" if spec.unit else "", shifts.shifted(images, name, lv, seed)[0]) for lv in spec.levels]

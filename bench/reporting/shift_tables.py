@@ -7,18 +7,12 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.data import ood_sets
+from bench.evaluation.catalog import SHIFT_CLEAN, SHIFT_SUMMARY, SHIFT_TABLE, Metric, clean_columns, get, shown_in
 from bench.evaluation.columns import ood_column, scored_sets
 from bench.reporting.paired import pair
 from bench.reporting.formatting import format_difference
 from bench.reporting.formatting import mean_std
 from bench.data.shifts import SHIFTS
-
-# (shift.csv metric, title, scale, digits): the summary's and the paired table's columns
-SHIFT_COLUMNS = [("acc", "acc", 100, 1), ("nll_nats", "NLL", 1, 3), ("ece", "ECE", 1, 3), ("augrc", "AUGRC", 1, 4),
-                 ("pred_entropy_bits", "entropy (bits)", 1, 3)]
-CLEAN = {"acc": "id_acc", "nll_nats": "id_nll_nats", "ece": "id_ece", "augrc": "augrc_one_minus_max_prob",
-         "pred_entropy_bits": "id_pred_entropy_bits", "mutual_info_bits": "id_mutual_info_bits",
-         "brier": "id_brier"}
 
 
 def _by_variant(frame: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -75,16 +69,18 @@ def table_level_rows(shift: pd.DataFrame) -> pd.DataFrame:
 def shift_summary(shift: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per variant: the clean metrics, the mean over the scored MNIST-C corruptions at MNIST-C's
     severities, and the mean accuracy over all rotation and all translation levels; mean and sd
-    over seeds of each run's value (long form: variant, where, metric, mean, std, n)."""
+    over seeds of each run's value (long form: variant, where, metric, mean, std, n). The metrics are
+    the catalog's: SHIFT_CLEAN (read from each one's clean column) and SHIFT_SUMMARY."""
     parts = []
     clean = runs[(runs["status"] == "ok") & runs["run_id"].isin(shift["run_id"])]  # the runs the shifts scored
-    for metric, column in CLEAN.items():
-        if column in clean:
-            stats = _by_variant(clean, column)
-            parts.append(stats.assign(where="clean", metric=metric))
+    for metric in shown_in(SHIFT_CLEAN):
+        if metric.clean in clean:
+            stats = _by_variant(clean, metric.clean)
+            parts.append(stats.assign(where="clean", metric=metric.name))
     corrupt = table_level_rows(shift[shift["family"] == "mnist_c"])
-    per_run = corrupt.groupby(["variant", "run_id"], sort=False)[[m for m, _, _, _ in SHIFT_COLUMNS]].mean().reset_index()
-    for metric, _, _, _ in SHIFT_COLUMNS:
+    shown = [m.name for m in shown_in(SHIFT_SUMMARY)]
+    per_run = corrupt.groupby(["variant", "run_id"], sort=False)[shown].mean().reset_index()
+    for metric in shown:
         parts.append(_by_variant(per_run, metric).assign(where="mnist_c", metric=metric))
     for family in ("rotation", "translation"):
         per_run = shift[shift["family"] == family].groupby(["variant", "run_id"], sort=False)["acc"].mean().reset_index()
@@ -97,9 +93,11 @@ def shift_summary(shift: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def format_shift_summary(summary: pd.DataFrame) -> str:
     if summary.empty:
         return ""
-    columns = [("clean", "acc", "clean acc", 100, 2)] + [("mnist_c", m, f"MNIST-C {t}", s, d) for m, t, s, d in SHIFT_COLUMNS]
-    columns += [(f"{f} (all levels)", "acc", f"{f} acc", 100, 1) for f in ("rotation", "translation")
-                if (summary["where"] == f"{f} (all levels)").any()]
+    acc, clean_acc = get("acc"), get(get("acc").clean)  # the clean column: shown like the run's own accuracy
+    columns = [("clean", acc.name, f"clean {acc.label}", clean_acc.scale, clean_acc.digits)]
+    columns += [("mnist_c", m.name, f"MNIST-C {m.label}", m.scale, m.digits) for m in shown_in(SHIFT_SUMMARY)]
+    columns += [(f"{f} (all levels)", acc.name, f"{f} {acc.label}", acc.scale, acc.digits)
+                for f in ("rotation", "translation") if (summary["where"] == f"{f} (all levels)").any()]
     lines = ["| variant | " + " | ".join(c[2] for c in columns) + " |", "|" + "---|" * (len(columns) + 1)]
     indexed = summary.set_index(["variant", "where", "metric"])
     for variant in dict.fromkeys(summary["variant"]):
@@ -116,28 +114,31 @@ def format_shift_summary(summary: pd.DataFrame) -> str:
 
 def corruption_table(shift: pd.DataFrame) -> pd.DataFrame:
     """The per-corruption table: per variant and shift at its table level, mean, sd and n over seeds
-    of every metric (long form)."""
+    of every metric of the catalog's SHIFT_TABLE in the rows (long form)."""
     rows = table_level_rows(shift)
-    metrics = [m for m, _, _, _ in SHIFT_COLUMNS] + [m for m in ("brier", "mutual_info_bits", "dead_pixels_lit")
-                                                     if m in rows]
+    metrics = [m.name for m in shown_in(SHIFT_TABLE) if m.name in rows]
     stats = rows.groupby(["variant", "shift", "level"], sort=False)[metrics].agg(["mean", "std", "count"])
     stats.columns = [f"{m}_{'n' if s == 'count' else s}" for m, s in stats.columns]
     return stats.reset_index()
 
 
-def format_corruption_table(table: pd.DataFrame, metric: str = "acc", scale: float = 100, digits: int = 1) -> str:
+def format_corruption_table(table: pd.DataFrame, name: str = "acc") -> str:
     if table.empty:
         return ""
+    metric, lit = get(name), get("dead_pixels_lit")
     shifts = list(dict.fromkeys(table["shift"]))
     lines = ["| variant | " + " | ".join(shifts) + " |", "|" + "---|" * (len(shifts) + 1)]
     for variant, frame in table.groupby("variant", sort=False):
         by_shift = frame.set_index("shift")
-        cells = [f"{by_shift.loc[s, f'{metric}_mean'] * scale:.{digits}f}" if s in by_shift.index else "-" for s in shifts]
+        cells = [f"{by_shift.loc[s, f'{name}_mean'] * metric.scale:.{metric.digits}f}" if s in by_shift.index else "-"
+                 for s in shifts]
         lines.append(f"| `{variant}` | " + " | ".join(cells) + " |")
-    if "dead_pixels_lit_mean" in table:  # a property of the shifted images, the same for every row
-        lit = table.groupby("shift", sort=False)["dead_pixels_lit_mean"].first()
-        lines.append("| *dead pixels lit (%)* | " + " | ".join(f"*{lit[s] * 100:.0f}*" for s in shifts) + " |")
-    return (f"\n**Per shift** ({'accuracy in %' if metric == 'acc' else metric}, mean over seeds, each shift at "
+    if f"{lit.name}_mean" in table:  # a property of the shifted images, the same for every row
+        values = table.groupby("shift", sort=False)[f"{lit.name}_mean"].first()
+        lines.append(f"| *{lit.label}* | "
+                     + " | ".join(f"*{values[s] * lit.scale:.{lit.digits}f}*" for s in shifts) + " |")
+    what = _words(metric) + (" in %" if metric.scale == 100 else "")
+    return (f"\n**Per shift** ({what}, mean over seeds, each shift at "
             "MNIST-C's severity; rotation 90°, translation 14 px; shift_table.csv has every metric with its sd; "
             "*dead pixels lit*: the share of the pixels that are 0 in every training image which the shifted test "
             "images switch on):\n\n"
@@ -150,29 +151,32 @@ def shift_paired(shift: pd.DataFrame, runs: pd.DataFrame, references: dict[str, 
     reference, shift, metric, n, mean, low, high, real, note."""
     rows = table_level_rows(shift)
     clean = runs[(runs["status"] == "ok") & runs["run_id"].isin(shift["run_id"])].rename(
-        columns={v: k for k, v in CLEAN.items()})
+        columns=clean_columns())
     out = []
     for variant, reference in references.items():
         for name, frame in [("clean", clean)] + list(rows.groupby("shift", sort=False)):
             mine, theirs = frame[frame["variant"] == variant], frame[frame["variant"] == reference]
-            for metric, _, _, _ in SHIFT_COLUMNS:
-                if metric in frame:
-                    out.append({"variant": variant, "reference": reference, "shift": name, "metric": metric,
-                                **pair(mine, theirs, metric)})
+            for metric in shown_in(SHIFT_SUMMARY):
+                if metric.name in frame:
+                    out.append({"variant": variant, "reference": reference, "shift": name, "metric": metric.name,
+                                **pair(mine, theirs, metric.name)})
     return pd.DataFrame(out)
 
 
-def format_shift_paired(paired: pd.DataFrame, metric: str = "acc", scale: float = 100, digits: int = 1) -> str:
+def format_shift_paired(paired: pd.DataFrame, name: str = "acc") -> str:
     if paired.empty:
         return ""
-    part = paired[paired["metric"] == metric]
+    metric = get(name)
+    part = paired[paired["metric"] == name]
     shifts = list(dict.fromkeys(part["shift"]))
     lines = ["| variant − reference | " + " | ".join(shifts) + " |", "|" + "---|" * (len(shifts) + 1)]
     for (variant, reference), frame in part.groupby(["variant", "reference"], sort=False):
         by_shift = frame.set_index("shift")
-        cells = [_short(by_shift.loc[s].to_dict(), scale, digits) if s in by_shift.index else "-" for s in shifts]
+        cells = [_short(by_shift.loc[s].to_dict(), metric.scale, metric.digits) if s in by_shift.index else "-"
+                 for s in shifts]
         lines.append(f"| `{variant}` − `{reference}` | " + " | ".join(cells) + " |")
-    return (f"\n**Paired Δ under shift** ({'accuracy points' if metric == 'acc' else metric}; row − its deep-ensemble "
+    what = _words(metric) + (" points" if metric.scale == 100 else "")
+    return (f"\n**Paired Δ under shift** ({what}; row − its deep-ensemble "
             "reference over the seeds both finished; * where the 95 % t-interval excludes 0; every metric with its "
             "interval in shift_paired.csv):\n\n" + "\n".join(lines) + "\n")
 
@@ -181,3 +185,8 @@ def _short(result: dict, scale: float, digits: int) -> str:
     """The mean and the mark only: a table of many columns."""
     text = format_difference(result, scale, digits)
     return text.split(" [")[0] + (" *" if result.get("real") else "")
+
+
+def _words(metric: Metric) -> str:
+    """A metric as the text above a table names it: its long label."""
+    return metric.long_label or metric.label

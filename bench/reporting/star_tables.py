@@ -13,17 +13,12 @@ import numpy as np
 import pandas as pd
 
 from bench.design.star import read_design
+from bench.evaluation.catalog import ID_ACC, STAR, STAR_PAIRED, Metric, shown_in
 from bench.evaluation.columns import ood_column, scored_sets
 from bench.evaluation.metrics import SHARED_SCORES
 from bench.reporting.paired import pair
 from bench.config import REFERENCE_METHOD
 from bench.store import write_csv
-
-
-VALUE_METRICS = ("id_acc", "id_nll_nats", "id_ece")
-
-
-PAIRED_METRICS = ("id_acc", "id_nll_nats")
 
 
 TIDY_COLUMNS = ["setting", "choice", "is_base", "kind", "method", "label", "reference", "metric", "ood_set",
@@ -35,7 +30,8 @@ def star_table(design: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     n over seeds; AUROC per OOD set and score, ``compared`` marking the score the comparison
     reads), 'checkpoint' (members whose checkpoint rule kept an epoch, ``total`` of ``out_of``,
     and members restored to an earlier epoch than their last) and 'paired' (the method minus the
-    reference method of the same setting, seed by seed: mean and 95 % t-interval)."""
+    reference method of the same setting, seed by seed: mean and 95 % t-interval). The metrics are
+    the catalog's (STAR, STAR_PAIRED); a per-OOD-set one against each set."""
     rows: list[dict] = []
     by_id = runs.drop_duplicates("run_id").set_index("run_id", drop=False) if len(runs) else runs
     for _, part in design.groupby("order", sort=True):
@@ -47,20 +43,14 @@ def star_table(design: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
         sets = scored_sets(pd.concat(found), added=False) if found else []
         for method, frame in frames.items():
             if frame.empty:  # no record yet: the setting keeps its line, with nothing in it
-                rows.append({**head, "kind": "value", "method": method, "metric": "id_acc", "n": 0,
+                rows.append({**head, "kind": "value", "method": method, "metric": ID_ACC.name, "n": 0,
                              "note": "no finished record"})
                 continue
             ok = frame[frame["status"] == "ok"]
             ident = {**head, "method": method, "label": frame["label"].iloc[0]}
-            for metric in VALUE_METRICS:
-                rows.append({**ident, "kind": "value", "metric": metric, **_stats(ok, metric)})
             scores = list(dict.fromkeys([*SHARED_SCORES, frame["primary_score"].iloc[0]]))
-            for ood_set in sets:
-                for score in scores:
-                    column = ood_column("auroc", score, ood_set)
-                    if column in ok:
-                        rows.append({**ident, "kind": "value", "metric": "auroc", "ood_set": ood_set,
-                                     "score": score, "compared": score == chosen[method], **_stats(ok, column)})
+            for metric in shown_in(STAR):
+                rows += _value_rows(ident, ok, metric, sets, scores, chosen[method])
             rows += _checkpoint_rows(ident, ok)
         reference = frames.get(REFERENCE_METHOD)
         if reference is None:
@@ -71,21 +61,43 @@ def star_table(design: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             ident = {**head, "kind": "paired", "method": method, "reference": REFERENCE_METHOD,
                      "label": frame["label"].iloc[0] if len(frame) else ""}
             caveat = _loss_caveat(frame, reference)
-            for ood_set in sets:
-                own, theirs = (ood_column("auroc", chosen[m], ood_set) for m in (method, REFERENCE_METHOD))
-                missing = [c for c, f in ((own, frame), (theirs, reference)) if c not in f]
-                result = _paired(pair(frame, reference, own, theirs))
-                note = "; ".join(n for n in (caveat, result["note"], f"no column {', '.join(missing)} in the records "
-                                             "(bench evaluate adds new scores)" if missing else "") if n)
-                rows.append({**ident, "metric": "auroc", "ood_set": ood_set, "compared": True,
-                             "score": chosen[method] if chosen[method] == chosen[REFERENCE_METHOD]
-                             else f"{chosen[method]} - {chosen[REFERENCE_METHOD]}", **result, "note": note})
-            for metric in PAIRED_METRICS:
-                result = _paired(pair(frame, reference, metric))
-                rows.append({**ident, "metric": metric, **result,
-                             "note": "; ".join(n for n in (caveat, result["note"]) if n)})
+            for metric in shown_in(STAR_PAIRED):
+                rows += _paired_rows(ident, frame, reference, metric, sets,
+                                     (chosen[method], chosen[REFERENCE_METHOD]), caveat)
     table = pd.DataFrame(rows, columns=TIDY_COLUMNS)
     return table
+
+
+def _value_rows(ident: dict, ok: pd.DataFrame, metric: Metric, sets: list[str], scores: list[str],
+                chosen: str) -> list[dict]:
+    """A method's value rows of one metric: mean, sd and n over its finished seeds; a per-OOD-set
+    metric per set and score (those in the records), ``compared`` marking the chosen score."""
+    if not metric.per_ood_set:
+        return [{**ident, "kind": "value", "metric": metric.name, **_stats(ok, metric.name)}]
+    return [{**ident, "kind": "value", "metric": metric.name, "ood_set": ood_set, "score": score,
+             "compared": score == chosen, **_stats(ok, column)}
+            for ood_set in sets for score in scores
+            if (column := ood_column(metric.ood_metric, score, ood_set)) in ok]
+
+
+def _paired_rows(ident: dict, frame: pd.DataFrame, reference: pd.DataFrame, metric: Metric, sets: list[str],
+                 chosen: tuple[str, str], caveat: str) -> list[dict]:
+    """The method against the reference method on one metric, seed by seed; a per-OOD-set metric
+    per set, each by its chosen score (``chosen``: the method's, the reference's)."""
+    if not metric.per_ood_set:
+        result = _paired(pair(frame, reference, metric.name))
+        return [{**ident, "metric": metric.name, **result, "note": "; ".join(n for n in (caveat, result["note"]) if n)}]
+    rows = []
+    for ood_set in sets:
+        own, theirs = (ood_column(metric.ood_metric, score, ood_set) for score in chosen)
+        missing = [c for c, f in ((own, frame), (theirs, reference)) if c not in f]
+        result = _paired(pair(frame, reference, own, theirs))
+        note = "; ".join(n for n in (caveat, result["note"], f"no column {', '.join(missing)} in the records "
+                                     "(bench evaluate adds new scores)" if missing else "") if n)
+        rows.append({**ident, "metric": metric.name, "ood_set": ood_set, "compared": True,
+                     "score": chosen[0] if chosen[0] == chosen[1] else f"{chosen[0]} - {chosen[1]}",
+                     **result, "note": note})
+    return rows
 
 
 def _loss_caveat(frame: pd.DataFrame, reference: pd.DataFrame) -> str:
@@ -200,7 +212,7 @@ def format_star_summary(summary: pd.DataFrame) -> str:
                     if not pd.isna(r["low"]) else "-" if pd.isna(r["difference"]) else f"{r['difference']:+.3f}")
             moved = ("" if r["is_base"] or pd.isna(r[f"{reference}_moved"])
                      else f"{_signed(r[f'{reference}_moved'])} / {_signed(r[f'{method}_moved'])}")
-            acc = _signed(100 * r["acc_difference"], 2)
+            acc = _signed(ID_ACC.scale * r["acc_difference"], ID_ACC.digits)
             out.append(f"| {r['choice']} | {name} | {r['ood_set']} | {r['score']} | {r['n']} | {r[f'auroc_{reference}']:.3f} | "
                        f"{r[f'auroc_{method}']:.3f} | {diff} | {moved} | {r[f'{reference}_pred_entropy_auroc']:.3f} | "
                        f"{acc} | {r['checkpoint_kept']} | {r['restored_earlier']} | {r['note']} |")
@@ -221,9 +233,11 @@ def write_star(out: Path, runs: pd.DataFrame, plots: bool = True, title: str = "
                                  "Checkpoints kept: members whose checkpoint rule kept an epoch; restored earlier: "
                                  "members whose kept epoch is before their last.\n\n" + format_star_summary(summary))
     files = [out / "star.csv", out / "star_summary.csv", out / "star.md"]
-    if plots:
+    if plots:  # the figure modules import matplotlib: only when a figure is drawn
+        from bench.reporting.figures import record_figures
         from bench.reporting.forest_plots import star_forest
         forest = star_forest(out / "star_forest.png", title or "star design", summary)
-        if forest:
-            files.append(forest)
+        figures = [forest] if forest else []  # none when the summary has no row
+        record_figures(out, "star", figures)
+        files += figures
     return files

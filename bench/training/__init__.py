@@ -1,1 +1,1 @@
-"""Training: the one training loop for every method (loop), packs of runs trained as one stacked computation (packs), and its timing against the matmul peak (perf)."""
+"""Training: the one training loop for every method (loop) over its per-member state (members) and a pack's data on the device (sources), packs of runs trained as one stacked computation (packs), and its timing against the matmul peak (perf)."""

@@ -95,7 +95,7 @@ def network_bytes(protocol: Protocol, in_features: int = 784, n_classes: int = 1
     """A bound on one network's training memory: parameters with their gradient, Adam moments,
     checkpoint and frozen copies, its batch's activations forward and backward, and its copy of
     its run's validation split with that split's activations (runs whose splits differ,
-    bench.training.loop.PackData)."""
+    bench.training.sources.PackData)."""
     sizes = [in_features, *protocol.hidden, n_classes]
     params = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
     activations = protocol.batch_size * sum(sizes) * 3

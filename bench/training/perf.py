@@ -15,15 +15,19 @@ machine, so the numbers to compare are the ratios within one run.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import time
 from pathlib import Path
 
 import pandas as pd
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
+from torchvision.transforms import ToTensor
 
 from bench.config import make_protocol
-from bench.data.loaders import DATASET_CLASSES, load_benchmark_data
+from bench.data.files import DATASET_CLASSES
+from bench.data.loaders import load_benchmark_data
 from bench.models import training_flops_per_sample
 from bench.options import option, parse_int
 from bench.training.loop import train, train_pack
@@ -79,8 +83,6 @@ def seed_mlp(work: Work) -> nn.Module:
 
 
 def seed_loader(work: Work, root: Path):
-    from torch.utils.data import DataLoader
-    from torchvision.transforms import ToTensor
     dataset = DATASET_CLASSES[work.dataset](root=str(root), train=True, transform=ToTensor(), download=False)
     return DataLoader(dataset, batch_size=work.batch_size, shuffle=True)
 
@@ -213,9 +215,9 @@ def format_pack_perf(table: pd.DataFrame) -> str:
 
 
 def torch_uncertainty_available() -> bool:
-    try:
-        import lightning  # noqa: F401
-        import torch_uncertainty  # noqa: F401
+    try:  # optional peers (the 'peers' extra), imported only when perf times them
+        for name in ("lightning", "torch_uncertainty"):
+            importlib.import_module(name)
     except ImportError:
         return False
     return True
@@ -224,7 +226,7 @@ def torch_uncertainty_available() -> bool:
 def time_torch_uncertainty(work: Work, root: Path, seed: int = 0) -> float:
     """(d) torch-uncertainty's deep ensemble, trained by its ClassificationRoutine under Lightning,
     fed by the same DataLoader + ToTensor as (a) (what its MNIST datamodule does)."""
-    import lightning as L
+    import lightning as L  # optional peers (the 'peers' extra): imported only here
     try:
         from torch_uncertainty.methods import deep_ensembles  # torch-uncertainty >= 0.13
     except ImportError:

@@ -1,0 +1,35 @@
+"""`report`: rebuild a results folder's tables and plots from its records (bench.api.report)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench import api
+from bench.cli.arguments import DEFAULT_REPORT_OUT, add_command, parse_count
+from bench.cli.printing import warn
+
+
+def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
+    report = add_command(sub, "report", help="rebuild the CSV tables (and plots) from the records in OUT",
+                         description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
+                         "OUT/records. Runs of different protocols get their own section and plots.")
+    report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
+    report.add_argument("--no-plots", action="store_true", help="write only the tables")
+    report.add_argument("--bootstrap", metavar="N", default="0",
+                        help="also a paired bootstrap over test samples of each seed's difference to the "
+                        "deep ensemble, N resamples (e.g. 1000), written to OUT/bootstrap.csv: the test-set "
+                        "noise of one seed's difference, beside the seed-to-seed t-interval")
+    report.add_argument("--bootstrap-seed", metavar="S", default="0", help="seed of the bootstrap's resamples")
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    n_boot, boot_seed = (parse_count(args.bootstrap, "--bootstrap", 0),
+                         parse_count(args.bootstrap_seed, "--bootstrap-seed", 0))
+    done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn)
+    if n_boot:
+        table = done.bootstrap
+        real = int(table["real"].sum()) if len(table) else 0
+        print(f"paired bootstrap over test samples ({n_boot} resamples, seed {boot_seed}): {len(table)} seed-level "
+              f"differences, {real} with a 95 % interval that excludes 0; wrote {Path(args.out) / 'bootstrap.csv'}")
+    return 0

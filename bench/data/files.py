@@ -1,0 +1,175 @@
+"""The dataset files on disk: where they are, their checks (header, size, md5), their download,
+and reading them into arrays.
+
+MNIST and Fashion-MNIST are torchvision's IDX files (``MNIST/raw/<file>``); a missing file is
+downloaded when allowed, and a file that is truncated, corrupt or not the official one where it
+claims to be is a DataError. CIFAR-10's test batch (``cifar-10-batches-py/test_batch``) is read for
+an OOD set; when it is absent and cannot be downloaded that is a FileNotFoundError, which lets an
+optional OOD set be skipped (``bench.data.loaders``). ``read_idx`` reads any IDX file (a user's
+dataset, such as KMNIST's files).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import pickle
+import socket
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchvision
+
+from bench.errors import DataError
+
+DATA_DIR_ENV = "DARE_BENCH_DATA"
+DEFAULT_DATA_DIR = "./data"
+DATASET_CLASSES = {"mnist": torchvision.datasets.MNIST, "fashion_mnist": torchvision.datasets.FashionMNIST}
+RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+# Sizes and md5 of the official uncompressed files (the offline mirror's README lists the same).
+OFFICIAL_FILES = {
+    "mnist": {
+        "train-images-idx3-ubyte": (47040016, "6bbc9ace898e44ae57da46a324031adb"),
+        "train-labels-idx1-ubyte": (60008, "a25bea736e30d166cdddb491f175f624"),
+        "t10k-images-idx3-ubyte": (7840016, "2646ac647ad5339dbf082846283269ea"),
+        "t10k-labels-idx1-ubyte": (10008, "27ae3e4e09519cfbb04c329615203637"),
+    },
+    "fashion_mnist": {
+        "train-images-idx3-ubyte": (47040016, "f4a8712d7a061bf5bd6d2ca38dc4d50a"),
+        "train-labels-idx1-ubyte": (60008, "9018921c3c673c538a1fc5bad174d6f9"),
+        "t10k-images-idx3-ubyte": (7840016, "8181f5470baa50b63fa0f6fddb340f0a"),
+        "t10k-labels-idx1-ubyte": (10008, "15d484375f8d13e6eb1aabb0c3f46965"),
+    },
+}
+IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
+CIFAR10 = torchvision.datasets.CIFAR10  # its url, archive name, md5s and folder name
+CIFAR10_TEST_MD5 = dict(CIFAR10.test_list)["test_batch"]
+DOWNLOAD_TIMEOUT_S = 60
+CIFAR10_FULL_SIZE = 30_000_000  # a test_batch this large claims to be the official file: check its md5
+
+
+def resolve_data_dir(flag: str | None) -> Path:
+    """--data-dir, else $DARE_BENCH_DATA, else ./data."""
+    return Path(flag or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+
+
+def _raw_dir(root: Path, dataset: str) -> Path:
+    return root / DATASET_CLASSES[dataset].__name__ / "raw"
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _idx_dims(path: Path, kind: str) -> tuple[int, ...]:
+    """Check an IDX file's header against its size; return its dimensions (the item count first)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = f.read(16 if kind == "images" else 8)
+    ndim = 3 if kind == "images" else 1
+    if len(header) < 4 + 4 * ndim or struct.unpack(">i", header[:4])[0] != IDX_MAGIC[kind]:
+        raise DataError(f"{path} is corrupt: not an IDX {kind} file (bad header)")
+    dims = struct.unpack(f">{ndim}i", header[4:4 + 4 * ndim])
+    expected = 4 + 4 * ndim + math.prod(dims)
+    if size != expected:
+        raise DataError(f"{path} is truncated or corrupt: its header promises {expected} bytes, "
+                        f"the file has {size}")
+    return dims
+
+
+def read_idx(path: Path, kind: str) -> np.ndarray:
+    """An IDX file of unsigned bytes, checked (``kind``: images or labels): uint8 (N, rows, cols) or
+    (N,). FileNotFoundError when it is absent, DataError when its header disagrees with its size."""
+    dims = _idx_dims(path, kind)
+    return np.fromfile(path, dtype=np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
+
+
+@functools.lru_cache(maxsize=16)
+def _verify_files(raw: Path, dataset: str, stamp: tuple) -> None:
+    """Header/size of every file, and the md5 of any file with an official file's size (so a
+    flipped byte in the real data is caught, while small custom IDX sets are allowed)."""
+    counts = {}
+    for name in RAW_FILES:
+        path = raw / name
+        counts[name] = _idx_dims(path, "images" if "images" in name else "labels")[0]
+        official_size, official_md5 = OFFICIAL_FILES[dataset][name]
+        if path.stat().st_size == official_size and _md5(path) != official_md5:
+            raise DataError(f"{path} is corrupt: md5 differs from the official file's ({official_md5})")
+    for split in ("train", "t10k"):
+        if counts[f"{split}-images-idx3-ubyte"] != counts[f"{split}-labels-idx1-ubyte"]:
+            raise DataError(f"{raw}: {split} images and labels disagree in count "
+                            f"({counts[f'{split}-images-idx3-ubyte']} vs {counts[f'{split}-labels-idx1-ubyte']})")
+
+
+def check_dataset_files(root: Path, dataset: str, download: bool = True) -> None:
+    """Make sure the four files of ``dataset`` are present (downloading if allowed) and intact."""
+    cls = DATASET_CLASSES[dataset]
+    raw = _raw_dir(root, dataset)
+    missing = [f for f in RAW_FILES if not (raw / f).is_file()]
+    if missing:
+        hint = (f"pass --data-dir or set ${DATA_DIR_ENV} to a folder in torchvision's layout"
+                f" ({cls.__name__}/raw/<file>)")
+        if not download:
+            raise DataError(f"{dataset} not found in {raw} (missing {', '.join(missing)}); {hint}")
+        try:
+            cls(root=str(root), train=True, download=True)
+        except Exception as exc:  # any download failure: say what is missing and where
+            raise DataError(f"{dataset} not found in {raw} (missing {', '.join(missing)}) and download"
+                            f" failed ({type(exc).__name__}); {hint}") from None
+    stamp = tuple((f, (raw / f).stat().st_size, (raw / f).stat().st_mtime_ns) for f in RAW_FILES)
+    _verify_files(raw, dataset, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def load_images(root: Path, dataset: str, train: bool, download: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
+    """(uint8 images (N, 28, 28), int64 labels, class names); downloads missing files if asked."""
+    check_dataset_files(root, dataset, download)
+    raw = _raw_dir(root, dataset)
+    try:
+        ds = DATASET_CLASSES[dataset](root=str(root), train=train, download=False)
+    except Exception as exc:
+        raise DataError(f"cannot read {dataset} from {raw}: {exc}") from None
+    return ds.data, ds.targets.long(), tuple(ds.classes)
+
+
+def _download_cifar10(root: Path, path: Path) -> None:
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # torchvision's urlopen has none: a silent firewall would hang
+    try:
+        torchvision.datasets.utils.download_and_extract_archive(
+            CIFAR10.url, str(root), filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
+    except Exception as exc:  # offline, read-only folder, ...: the caller decides whether to skip
+        raise FileNotFoundError(f"{path} not found and download failed ({type(exc).__name__})") from None
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+def load_cifar10_test(root: Path, download: bool) -> tuple[np.ndarray, np.ndarray]:
+    """CIFAR-10's test batch: uint8 images (N, 3, 32, 32) and int64 labels. FileNotFoundError when
+    it is absent and cannot be downloaded; DataError when it is corrupt."""
+    path = root / CIFAR10.base_folder / "test_batch"
+    if not path.is_file():
+        if not download:
+            raise FileNotFoundError(f"{path} not found")
+        _download_cifar10(root, path)
+    if path.stat().st_size >= CIFAR10_FULL_SIZE and _md5(path) != CIFAR10_TEST_MD5:
+        raise DataError(f"{path} is corrupt: md5 differs from the official file's ({CIFAR10_TEST_MD5})")
+    try:
+        with open(path, "rb") as f:
+            batch = pickle.load(f, encoding="bytes")
+        images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except Exception as exc:
+        raise DataError(f"{path} is not a readable CIFAR-10 batch ({type(exc).__name__}: {exc})") from None
+    if len(labels) != len(images):
+        raise DataError(f"{path}: {len(images)} images but {len(labels)} labels")
+    return images, labels

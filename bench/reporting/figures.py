@@ -1,0 +1,138 @@
+"""Every figure of a report, in one registry. A figure is a function ``draw(path, view)`` that writes
+one PNG from a protocol's ProtocolView, registered (FIGURES) with its name, the file stem, and when it
+applies. ``bench report`` writes each applicable figure once per protocol, as <name><tag>.png (the tag
+tells the protocols of a folder apart), and then removes what it wrote last time and not now: the
+folder's figures.json records the figures each writer wrote, so no file pattern has to follow the
+registry. A new figure is one function and one entry here (or ``register`` from a plugin).
+
+Other commands draw into the same folder from what they alone compute, and record their files in
+figures.json too (``record_figures``), each under its own name: ``ablate``'s ablation_<option>.png
+and ablation_epochs.png (bench.reporting.ablation, from the training histories), a star design's
+star_forest.png (bench.reporting.star_tables), paper_table.png (bench.reporting.paper, from the
+published table). ``bench evaluate`` draws shift_gallery.png (bench.reporting.shift_plots)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable, Iterable
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from bench.data.files import DATASET_CLASSES
+from bench.errors import ConfigError
+from bench.evaluation.columns import scored_sets, with_primary
+from bench.reporting import run_plots, shift_plots
+from bench.reporting.forest_plots import forest_plot
+from bench.reporting.plotting import ProtocolView, protocol_title
+from bench.store import RunStore
+
+MANIFEST = "figures.json"  # in a results folder: {writer: [the figure files it wrote last]}
+REPORT = "report"
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    name: str                                      # the file stem: <name><tag>.png
+    draw: Callable[[Path, ProtocolView], None]     # writes the PNG at the path
+    applies: Callable[[ProtocolView], bool]        # whether a protocol gets this figure
+
+
+def has_runs(view: ProtocolView) -> bool:
+    return not view.runs.empty
+
+
+def has_ood_sets(view: ProtocolView) -> bool:
+    return has_runs(view) and bool(view.sets)
+
+
+def has_selective(view: ProtocolView) -> bool:
+    return has_runs(view) and "augrc_one_minus_max_prob" in view.runs
+
+
+def has_differences(view: ProtocolView) -> bool:
+    return not view.differences.empty
+
+
+def has_shift(view: ProtocolView) -> bool:
+    return view.shift is not None and not view.shift.empty
+
+
+def forest(path: Path, view: ProtocolView) -> None:
+    forest_plot(path, view.title, view.differences)
+
+
+FIGURES: list[Figure] = [
+    Figure("comparison", run_plots.comparison, has_runs),
+    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets),
+    Figure("roc_curves", run_plots.roc_curves, has_ood_sets),
+    Figure("reliability", run_plots.reliability, has_runs),
+    Figure("risk_coverage", run_plots.risk_coverage, has_selective),
+    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective),
+    Figure("top_uncertain", run_plots.top_uncertain, has_runs),
+    Figure("forest", forest, has_differences),
+    Figure("shift_curves", shift_plots.shift_curves, has_shift),
+    Figure("shift_table", shift_plots.shift_heatmaps, has_shift),
+]
+
+
+def register(figure: Figure) -> None:
+    """Add a figure to every later report (e.g. from a plugin); a name is registered once."""
+    if any(f.name == figure.name for f in FIGURES):
+        raise ConfigError(f"a figure named {figure.name!r} is registered already")
+    FIGURES.append(figure)
+
+
+def protocol_view(store: RunStore, group, differences: pd.DataFrame, tables: dict) -> ProtocolView:
+    """The view of one protocol of a report: its group (bench.reporting.report.ProtocolGroup), paired
+    differences and robustness tables (report.robustness_tables)."""
+    finished = group.runs[group.runs["status"] == "ok"]
+    sets = scored_sets(finished, added=False)  # the protocol's own; the OOD suite has its own table
+    title = group.label or (protocol_title(finished) if len(finished) else "")
+    return ProtocolView(title, group.tag, with_primary(finished, sets),
+                        {rid: store.load_arrays(rid) for rid in finished["run_id"]}, sets,
+                        tuple(DATASET_CLASSES[group.runs["id_dataset"].iloc[0]].classes), differences,
+                        tables.get("shift_rows"), tables.get("shift_table_rows"))
+
+
+def write_figures(out: Path, views: list[ProtocolView]) -> list[Path]:
+    """Every registered figure that applies, per protocol, as out/<name><tag>.png; then the figures the
+    last report wrote and this one did not are removed. Returns the files written."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    files = []
+    for view in views:
+        for figure in FIGURES:
+            if figure.applies(view):
+                files.append(out / f"{figure.name}{view.tag}.png")
+                figure.draw(files[-1], view)
+                plt.close("all")
+    # a folder last reported before figures.json: that report removed <name>*.png of each figure
+    # before drawing (per-variant top_uncertain_<variant>.png among them), so this one does it once
+    unrecorded = [] if REPORT in recorded(out) else [p.name for f in FIGURES for p in out.glob(f"{f.name}*.png")]
+    record_figures(out, REPORT, files, unrecorded)
+    return files
+
+
+def recorded(out: Path) -> dict[str, list[str]]:
+    """out/figures.json: the figure files each writer wrote last ({} when there is none)."""
+    try:
+        manifest = json.loads((Path(out) / MANIFEST).read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: every figure is drawn again anyway
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def record_figures(out: Path, writer: str, files: Iterable[Path], unrecorded: Iterable[str] = ()) -> None:
+    """Record ``files`` as the figures ``writer`` (report, ablation, star, paper_table) wrote in ``out``
+    (out/figures.json) and remove those it wrote last time and not now. ``unrecorded``: the file names
+    taken as its last figures when figures.json has no record of the writer."""
+    out = Path(out)
+    manifest = recorded(out)
+    written = [Path(f).name for f in files]
+    for name in set(manifest.get(writer, unrecorded)) - set(written):
+        if isinstance(name, str) and name == Path(name).name and name.endswith(".png"):  # nothing else, nowhere else
+            (out / name).unlink(missing_ok=True)
+    manifest[writer] = written
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
