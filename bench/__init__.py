@@ -2,7 +2,7 @@
 
 Data flows config -> data -> method -> training loop -> predictions -> evaluators -> tables/plots:
 ``bench.config`` -> ``bench.data.loaders`` -> ``methods`` -> ``bench.training.loop`` -> ``bench.execution.runner`` ->
-``bench.evaluation.metrics`` -> ``bench.store`` / ``bench.reporting.plots``.
+``bench.evaluation.metrics`` -> ``bench.store`` / ``bench.reporting`` (``report``, ``figures``).
 
 From Python (notebooks): ``bench.run(...)`` trains a grid and returns its runs as a DataFrame,
 ``bench.load(out)`` reads a results folder, ``bench.evaluate(out)`` scores its stored weights again

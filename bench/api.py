@@ -7,12 +7,12 @@ command line (which is built on these functions).
     runs = bench.load("results/seed")           # one row per finished run
     table = bench.summary("results/seed")       # mean, std and n over seeds per config
     tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.reporting.ablation module)
-    star = bench.star_table("results/sensitivity/paper")  # a star design's tidy table (bench.design.star)
+    star = bench.star_table("results/sensitivity/paper")  # a star design's tidy table (bench.reporting.star_tables)
     bench.evaluate("results/seed", data_dir="../data")  # score stored weights: OOD suite, shift suite
     shift = bench.shift_table("results/seed")      # the shift suite's metrics, one row per (run, shift, level)
 
 Each command of ``python -m bench`` is a call or two here (bench.cli adds its flags and what it
-prints): ``report``, ``paper_table``, ``catalog`` (list), ``perf``, ``evaluate``; ``run`` and
+prints): ``report``, ``paper_table``, ``listing`` (list), ``perf``, ``evaluate``; ``run`` and
 ``ablate`` are ``plan`` and ``execute``, then ``report_grid`` and ``ablation_report`` or ``star_report``.
 """
 from __future__ import annotations
@@ -302,8 +302,8 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
                           threads)
     folder, _, keys, _ = store.write_tables()
     if plots:
-        from bench.reporting.shift_plots import shift_gallery  # matplotlib: only when a figure is drawn
-        echo(f"wrote {shift_gallery(store.out / 'shift_gallery.png', store, names, data, shift_seed)}")
+        from bench.reporting.figures import write_shift_gallery  # matplotlib: only when a figure is drawn
+        echo(f"wrote {write_shift_gallery(store, names, data, shift_seed)}")
         report_folder(store, folder, keys, echo=echo)
     return done
 

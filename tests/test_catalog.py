@@ -87,7 +87,7 @@ def registered():
 
 def test_a_registered_metric_reaches_summary_paired_and_the_forest_plot(registered, tiny_data, tmp_path):
     from bench.cli.main import main
-    from bench.reporting.forest_plots import forest_panels, forest_plot
+    from bench.reporting.forest_plots import forest_panels
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "deep_ensemble", "dare",
                  "--seeds", "0", "1", "--epochs", "1", "--val-size", "50", "-o", "members=2", "--no-download",
@@ -102,4 +102,5 @@ def test_a_registered_metric_reaches_summary_paired_and_the_forest_plot(register
     panels = forest_panels(paired)
     assert panels[-1] == ("id_mean_max_prob", "Δ mean max prob\nhigher is better", 1)
     assert [name for name, _, _ in panels[:3]] == ["id_acc", "id_nll_nats", "id_ece"]
-    assert forest_plot(tmp_path / "forest.png", "tiny", paired).stat().st_size > 0
+    assert main(["report", "--out", str(out)]) == 0  # the report draws forest.png through the figure registry
+    assert (out / "forest.png").stat().st_size > 0 and "forest.png" in (out / "figures.json").read_text()

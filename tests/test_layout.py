@@ -1,6 +1,8 @@
 """The package layout (README "Architecture"): bench's stages import only the stages below them,
 with no import circle between modules or between packages (imports inside functions counted),
-package __init__ files hand nothing on, and no function or module outgrows the limits."""
+package __init__ files hand nothing on, and no function or module outgrows the limits. The package
+face bench/__init__.py is the one exception: it imports the version (bench.provenance, standard
+library only) and loads bench.api on first use of bench.run & co., so `import bench` stays light."""
 import ast
 from pathlib import Path
 

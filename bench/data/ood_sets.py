@@ -134,11 +134,6 @@ def known_for(id_dataset: str) -> tuple[str, ...]:
     return others + tuple(n for n in SETS if n != id_dataset and n not in others)
 
 
-def suite_for(id_dataset: str) -> tuple[str, ...]:
-    """Every set of ``known_for`` (``--ood-sets suite``)."""
-    return known_for(id_dataset)
-
-
 def check_names(names: Iterable[str], id_dataset: str, where: str = "", keywords: tuple[str, ...] = ()) -> None:
     """The one check of OOD set names: ConfigError, one line, naming the first of ``names`` that is
     not an OOD set of ``id_dataset`` and the sets that are (``where``: what the names came from;

@@ -67,7 +67,7 @@ def parse_ood_sets(text: str | None, id_datasets: list[str]) -> list[str]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     for dataset in id_datasets:
         ood_sets.check_names([p for p in parts if p != "suite"], dataset, keywords=("suite",))
-    suite = [n for d in id_datasets for n in ood_sets.suite_for(d)]
+    suite = [n for d in id_datasets for n in ood_sets.known_for(d)]
     return list(dict.fromkeys(n for p in parts for n in (suite if p == "suite" else [p])))
 
 

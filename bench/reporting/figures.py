@@ -9,7 +9,7 @@ Other commands draw into the same folder from what they alone compute, and recor
 figures.json too (``record_figures``), each under its own name: ``ablate``'s ablation_<option>.png
 and ablation_epochs.png (bench.reporting.ablation, from the training histories), a star design's
 star_forest.png (bench.reporting.star_tables), paper_table.png (bench.reporting.paper, from the
-published table). ``bench evaluate`` draws shift_gallery.png (bench.reporting.shift_plots)."""
+published table), ``bench evaluate``'s shift_gallery.png (``write_shift_gallery``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -87,7 +87,7 @@ def register(figure: Figure) -> None:
 
 def protocol_view(store: RunStore, group, differences: pd.DataFrame, tables: dict) -> ProtocolView:
     """The view of one protocol of a report: its group (bench.reporting.report.ProtocolGroup), paired
-    differences and robustness tables (report.robustness_tables)."""
+    differences and robustness tables (report.shift_and_suite_tables)."""
     finished = group.runs[group.runs["status"] == "ok"]
     sets = scored_sets(finished, added=False)  # the protocol's own; the OOD suite has its own table
     title = group.label or (protocol_title(finished) if len(finished) else "")
@@ -136,3 +136,11 @@ def record_figures(out: Path, writer: str, files: Iterable[Path], unrecorded: It
             (out / name).unlink(missing_ok=True)
     manifest[writer] = written
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def write_shift_gallery(store: RunStore, names: list[str], data_dir: Path, seed: int) -> Path:
+    """shift_gallery.png (``bench evaluate``), recorded under "evaluate" so that it does not outlive a
+    later call."""
+    gallery = shift_plots.shift_gallery(store.out / "shift_gallery.png", store, names, data_dir, seed)
+    record_figures(store.out, "evaluate", [gallery])
+    return gallery

@@ -141,7 +141,7 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
         summary = summarize(group.runs, keys)
         differences = paired_differences(group.runs, keys)
         paired.append(differences.assign(protocol=group.label))
-        robust.append(robustness_tables(group.runs, differences, shift, group.label))
+        robust.append(shift_and_suite_tables(group.runs, differences, shift, group.label))
         echo(f"{group.label}\n{format_summary(summary)}")
         sections.append(f"## {group.label}\n\nProtocol: {group.details}\n\n{format_summary(summary, markdown=True)}\n"
                         + format_paired(differences, scored_sets(group.runs, added=False)) + robust[-1]["markdown"])
@@ -167,7 +167,7 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     return files
 
 
-def robustness_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.DataFrame | None, label: str) -> dict:
+def shift_and_suite_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.DataFrame | None, label: str) -> dict:
     """One protocol's OOD-suite and shift tables (bench.reporting.shift_tables; empty until ``bench evaluate``
     has scored its runs) and their summary.md text."""
     suite = shift_tables.ood_suite_table(runs)
