@@ -84,13 +84,18 @@ class Metric:
             text = self.label
         return text.replace("{set}", ood_set)
 
+    def score_for(self, primary_score: str) -> str:
+        """The score a per-OOD-set metric ranks a run by: the run's primary score, unless the metric
+        ranks by a score of its own."""
+        return primary_score if self.score == PRIMARY else self.score
+
     def column(self, score: str = PRIMARY, ood_set: str = "") -> str:
         """The column of a run's value: its name, or for a per-OOD-set metric the column against
         ``ood_set`` by ``score`` (a run's primary score, or PRIMARY for columns.with_primary's),
         unless the metric ranks by a score of its own."""
         if not self.per_ood_set:
             return self.name
-        return ood_column(self.ood_metric, score if self.score == PRIMARY else self.score, ood_set)
+        return ood_column(self.ood_metric, self.score_for(score), ood_set)
 
     def sets(self, sets: list[str]) -> list[str]:
         """The OOD sets it is shown against, of a protocol's ``sets`` ([''] for a metric of no set)."""

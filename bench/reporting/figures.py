@@ -26,7 +26,7 @@ from bench.errors import ConfigError
 from bench.evaluation.columns import scored_sets, with_primary
 from bench.reporting import run_plots, shift_plots
 from bench.reporting.forest_plots import forest_plot
-from bench.reporting.plotting import ProtocolView, protocol_title
+from bench.reporting.plotting import MAX_PROB_AUGRC, ProtocolView, protocol_title
 from bench.store import RunStore
 
 MANIFEST = "figures.json"  # in a results folder: {writer: [the figure files it wrote last]}
@@ -49,7 +49,7 @@ def has_ood_sets(view: ProtocolView) -> bool:
 
 
 def has_selective(view: ProtocolView) -> bool:
-    return has_runs(view) and "augrc_one_minus_max_prob" in view.runs
+    return has_runs(view) and MAX_PROB_AUGRC in view.runs
 
 
 def has_differences(view: ProtocolView) -> bool:

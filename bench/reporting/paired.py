@@ -22,7 +22,7 @@ from scipy import stats
 from bench.config import REFERENCE_METHOD
 from bench.evaluation.catalog import CATALOG, PAIRED, Metric, shown_in
 from bench.evaluation.metrics import ood_metrics
-from bench.evaluation.columns import PRIMARY, score_key
+from bench.evaluation.columns import score_key
 
 LEVEL = 0.95
 
@@ -83,11 +83,6 @@ def read_paired_metric(name: str) -> tuple[Metric, str] | None:
                  if m.per_ood_set and name.startswith(f"{m.name}_vs_")), None)
 
 
-def _score(metric: Metric, primary_score: str) -> str:
-    """The score a per-OOD-set metric ranks a run by: its own primary score, or the metric's."""
-    return primary_score if metric.score == PRIMARY else metric.score
-
-
 DEFAULT_LOSS = "ce"  # a method without a loss option trains on cross-entropy
 
 
@@ -126,15 +121,10 @@ def paired_table(runs: pd.DataFrame, option_names: list[str], sets: list[str],
         ref = choose_reference(frame, references, option_names)
         for metric in shown_in(PAIRED):
             for s in metric.sets(sets):  # a per-OOD-set metric: each row by its own score
-                own, theirs = (_column(metric, f, s) for f in (frame, references[ref]))
+                own, theirs = (metric.column(f["primary_score"].iloc[0], s) for f in (frame, references[ref]))
                 rows.append({"variant": variant, "reference": ref, "metric": paired_metric(metric, s),
                              **pair(frame, references[ref], own, theirs)})
     return pd.DataFrame(rows)
-
-
-def _column(metric: Metric, runs: pd.DataFrame, ood_set: str) -> str:
-    """The column of a metric for one row's runs: a per-OOD-set one by the row's primary score."""
-    return metric.column(runs["primary_score"].iloc[0], ood_set) if metric.per_ood_set else metric.name
 
 
 def _cached_metric(name: str, arrays: dict, primary_score: str, id_idx: np.ndarray, ood_idx: dict) -> float:
@@ -142,7 +132,7 @@ def _cached_metric(name: str, arrays: dict, primary_score: str, id_idx: np.ndarr
     cache lacks what it needs, or the metric has no form on the cache)."""
     metric, ood_set = read_paired_metric(name) or (None, "")
     if metric is not None and metric.per_ood_set:
-        score = _score(metric, primary_score)
+        score = metric.score_for(primary_score)
         if score_key(score) not in arrays or score_key(score, ood_set) not in arrays:
             return math.nan
         return ood_metrics(arrays[score_key(score)][id_idx],

@@ -15,7 +15,7 @@ from sklearn.metrics import roc_curve
 
 from bench.evaluation.catalog import COMPARISON, shown_in
 from bench.evaluation.columns import PRIMARY, ood_column, score_key
-from bench.reporting.plotting import ProtocolView, primary_of, score_label
+from bench.reporting.plotting import MAX_PROB_AUGRC, ProtocolView, primary_of, score_label
 from bench.evaluation.calibration import ECE_BINS, reliability_bins
 from bench.evaluation.selective import rc_curve, risk_at_coverage
 
@@ -181,7 +181,7 @@ def risk_coverage(path: Path, view: ProtocolView) -> None:
             curve = rc_curve(-a[score_key("one_minus_max_prob")].astype(np.float64), a["id_pred"] != a["id_label"])
             curves.append([risk_at_coverage(curve, c) for c in grid])
         curves = np.array(curves)
-        augrc = runs.loc[runs["variant"] == variant, "augrc_one_minus_max_prob"]
+        augrc = runs.loc[runs["variant"] == variant, MAX_PROB_AUGRC]
         ax.plot(grid, curves.mean(axis=0), color=colors[variant], linewidth=1.5,
                 label=f"{textwrap.shorten(variant, 60)}: AUGRC {augrc.mean():.4f}")
         if len(curves) > 1:
