@@ -36,7 +36,8 @@ from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, ex
 from bench.design.star import (DESIGN_FILE, SCORE_KNOB, expand_star, parse_vary, preset_settings, read_design,
                                write_design)
 from bench.errors import BenchError, ConfigError
-from bench.execution.executors import Executor, make_executor, run_grid, with_references
+from bench.execution.executors import Executor, grid_status, make_executor, run_grid
+from bench.execution.claims import DEFAULT_TIMEOUT
 from bench.execution.rescoring import parse_ood_sets, rescore_folder
 from bench.options import describe, validate
 from bench.provenance import stamp
@@ -73,7 +74,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
          threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
          pack_size: int | str = "auto", submitit: str | None = None, submitit_cluster: str = "auto",
          submitit_params: Iterable[str] = (), save_weights: bool = False, design: str | None = None,
-         vary: Iterable[str] = ()) -> Plan:
+         vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT) -> Plan:
     """Validate everything (ConfigError on bad input) and say where the grid will run. ``design``:
     grid (the product of every list; the default) or star (the base and one changed choice at a
     time: ``vary`` strings as --vary takes them, else the preset's [[star]] tables; bench.design.star);
@@ -103,8 +104,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     bad = [p for p in submitit_params if not str(p).partition("=")[0].strip() or "=" not in str(p)]
     if bad:
         raise ConfigError(f"--submitit-param {bad[0]!r}: expected NAME=VALUE, e.g. timeout_min=120")
-    executor = make_executor({"jobs": jobs, "dask_address": dask, "submitit_folder": submitit,
-                              "submitit_cluster": submitit_cluster, "submitit_params": tuple(submitit_params)})
+    executor = make_executor({"jobs": jobs, "dask_address": dask, "submitit_folder": submitit, "claim_timeout":
+                              claim_timeout, "submitit_cluster": submitit_cluster, "submitit_params": tuple(submitit_params)})
     # the folder: out, else the preset's own `out`, else results/<preset name>
     store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name), create=False)
     return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor, star)
@@ -112,17 +113,9 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
 
 def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
     """The grid's runs (references and selections included), finished or to do (``retry``: its
-    record says it ended in error, or met a failed candidate); trains nothing."""
-    first, then = with_references(p.configs)
-    finished, _ = p.store.check([c.run_id for c in first + then])
-    rows = []
-    for item in first + then:
-        role = "reference" if item not in p.configs else item.kind
-        rows.append({"run_id": item.run_id, "variant": item.variant, "seed": item.seed, "role": role,
-                     "candidates": len(item.runs()) if role == "selection" else 0,
-                     "finished": item.run_id in finished and not force,
-                     "retry": item.run_id not in finished and p.store.record_path(item.run_id).is_file()})
-    return pd.DataFrame(rows)
+    record says it ended in error, or met a failed candidate), and who holds a claim on each
+    (``claimed_by``, ``heartbeat_s``, ``stale``: why the grid will take it over); trains nothing."""
+    return pd.DataFrame(grid_status(p.configs, p.store, force, p.executor.claim_timeout))
 
 
 @dataclasses.dataclass
@@ -134,6 +127,7 @@ class Executed:
     problems: list[str]   # one line per corrupt record in the folder
     failed: pd.DataFrame  # the runs this call ran (selection candidates included) that ended with status error
     ran: int = 0          # how many runs this call ran, selection candidates and selections included
+    by_others: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> the worker that trained it meanwhile
     efficiency: dict | None = None  # what training sustained, against the matmul peak measured at start
 
 
@@ -164,7 +158,7 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         failed = folder[folder["run_id"].isin(grid.ran) & (folder["status"] == "error")]
     efficiency = _efficiency(p, folder, grid.ran, wall, peak) if peak else None  # None: nothing trained
     return Executed(runs.reset_index(drop=True), folder, wall, keys, problems, failed.reset_index(drop=True),
-                    len(grid.ran), efficiency)
+                    len(grid.ran), efficiency=efficiency, by_others=grid.by_others)
 
 
 def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak: float) -> dict | None:
@@ -190,7 +184,7 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
         download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
         pack_size: int | str = "auto", save_weights: bool = False, design: str | None = None,
-        vary: Iterable[str] = ()) -> pd.DataFrame:
+        vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT) -> pd.DataFrame:
     """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
     per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
     design='star' (or a preset whose design is star) runs the base and each ``vary`` setting
@@ -204,7 +198,8 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     the paper table, of every run in the folder.
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
-             vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary)
+             vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary,
+             claim_timeout=claim_timeout)
     done = execute(p, download, progress, force)
     if p.star is not None:
         star_report(p, done, plots)

@@ -3,10 +3,12 @@ from a git checkout. A grid that reuses records written by another version says 
 from __future__ import annotations
 
 import functools
+import os
+import socket
 import subprocess
 from pathlib import Path
 
-VERSION = "0.3.0"  # the one place the version is written (pyproject.toml and bench.__version__ read it)
+VERSION = "0.4.0"  # the one place the version is written (pyproject.toml and bench.__version__ read it)
 VERSION_KEY, COMMIT_KEY = "harness_version", "harness_commit"
 CODE = ("bench", "methods", "run_all.py", "pyproject.toml")  # what a commit stamp vouches for
 
@@ -36,6 +38,11 @@ def commit() -> str | None:
 def stamp() -> dict[str, str | None]:
     """The provenance fields of every record."""
     return {VERSION_KEY: version(), COMMIT_KEY: commit()}
+
+
+def worker_name() -> str:
+    """This process, as a record (``worker``: who trained it) and a claim name it: 'host pid N'."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
 
 
 def other_versions(records: list[dict]) -> dict[str, int]:

@@ -9,6 +9,11 @@ A record is written to a temporary file and renamed into place (rename is atomic
 scores, so a run killed at any moment leaves either a complete record or none. A grid skips runs
 whose record is complete; a corrupt or partial record is reported, left out of the tables, and
 its run is done again.
+
+Every record says which record schema it follows (``schema``). A reader reads every schema up to
+its own and refuses a newer one with one line naming both (BenchError, exit 2), never guessing:
+    1  dare-bench 0.1 to 0.3: no ``schema`` field (read as 1)
+    2  dare-bench 0.4: ``schema``; ``worker``, the process that trained the run (bench.execution.claims)
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ from bench.errors import BenchError
 from bench.evaluation.selective import selective_table, with_selective
 from bench.evaluation.columns import ood_table
 from bench.data.shifts import SHIFTS
+from bench.provenance import version
+
+RECORD_SCHEMA = 2  # what this code writes; it reads 1..RECORD_SCHEMA (the history is in the docstring above)
 
 # ok: metrics; diverged: non-finite loss/parameters; error: the method raised, its predictions broke
 # the contract, or it could not start (e.g. its reference failed)
@@ -33,7 +41,7 @@ FINISHED = ("ok", "diverged", "error")
 RETRIED = ("error",)  # a grid runs these again (the method may have been fixed); the others are reused
 # record only; "shifts" (bench evaluate's shift suite) becomes shift.csv
 NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback", "beyond_walk", "shifts",
-                 "evaluation")
+                 "evaluation", "schema", "worker")
 # numeric columns that describe a run's execution, not its result: never summarised
 NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized", "failed_candidates", "pack_runs", "pack_networks",
                "train_tflop"}
@@ -43,14 +51,23 @@ class CorruptRecord(Exception):
     pass
 
 
+class NewerSchema(BenchError):
+    """A record written by a newer dare-bench: read by none of this code's rules, so never redone or left out."""
+
+
 # Every CSV table is written with 10 significant digits: a float's last bits differ between machines
 # (BLAS and SIMD kernels sum in other orders), and a re-render on another machine must be byte-identical.
 FLOAT_FORMAT = "%.10g"
 
 
 def write_csv(frame: pd.DataFrame, path: Path, **kwargs) -> None:
-    """A table as CSV at the fixed precision (FLOAT_FORMAT), without the index."""
-    frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, **kwargs)
+    """A table as CSV at the fixed precision (FLOAT_FORMAT), without the index; written atomically
+    (workers sharing a folder rebuild its tables together), or appended with mode="a"."""
+    if kwargs.get("mode", "w") != "w":
+        frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, **kwargs)
+        return
+    text = frame.to_csv(index=False, float_format=FLOAT_FORMAT, **kwargs)
+    _atomic_write(Path(path), lambda f: f.write(text.encode()))
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -97,6 +114,7 @@ class RunStore:
     def add(self, record: dict, arrays: dict[str, np.ndarray] | None) -> None:
         self.ensure()
         run_id = record["run_id"]
+        record["schema"] = RECORD_SCHEMA
         if arrays is not None:  # scores first: a record never points at missing scores
             _atomic_write(self.predictions / f"{run_id}.npz", lambda f: np.savez_compressed(f, **arrays))
         blob = json.dumps(record, indent=1).encode()
@@ -120,6 +138,13 @@ class RunStore:
             raise CorruptRecord("not valid JSON (a partial write?)") from None
         if not isinstance(record, dict) or record.get("run_id") != run_id:
             raise CorruptRecord("its run_id does not match its file name")
+        schema = record.get("schema", 1)
+        if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+            raise CorruptRecord(f"its schema {schema!r} is not a record schema")
+        if schema > RECORD_SCHEMA:
+            raise NewerSchema(f"record {path} has record schema {schema} (written by dare-bench "
+                              f"{record.get('harness_version', '?')}); this dare-bench {version()} reads schemas 1 to "
+                              f"{RECORD_SCHEMA}: upgrade dare-bench to read this folder")
         if record.get("status") not in FINISHED:
             raise CorruptRecord(f"unknown status {record.get('status')!r}")
         if not isinstance(record.get("config_columns"), list):

@@ -10,6 +10,7 @@ from bench.config import available_presets, load_preset, protocol_help
 from bench.data import ood_sets
 from bench.data.files import DATA_DIR_ENV, DEFAULT_DATA_DIR
 from bench.errors import ConfigError
+from bench.execution.claims import DEFAULT_TIMEOUT
 from bench.training.packs import MAX_AUTO_NETWORKS
 from methods import REGISTRY
 
@@ -135,6 +136,11 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--submitit-param", action="append", default=[], metavar="NAME=VALUE",
                        help="a submitit job parameter, e.g. timeout_min=240, slurm_partition=gpu, gpus_per_node=1, "
                        "cpus_per_task=8, slurm_array_parallelism=16. Repeatable")
+    group.add_argument("--claim-timeout", default=f"{DEFAULT_TIMEOUT:g}", metavar="SECONDS",
+                       help="several commands may share one --out (one per node, started the same way): each "
+                       "claims the runs it trains in OUT/claims, touches its claims every tenth of this time, "
+                       "and waits for runs that others claim; a claim with no heartbeat for this long is "
+                       "taken over (its worker died). Give every worker the same value (default: %(default)s)")
 
 
 def plan_from(args: argparse.Namespace) -> api.Plan:
@@ -144,7 +150,7 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
     return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
                     args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
                     args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param, args.save_weights,
-                    getattr(args, "design", None), getattr(args, "vary", ()))
+                    getattr(args, "design", None), getattr(args, "vary", ()), args.claim_timeout)
 
 
 def parse_count(text: str, flag: str, least: int) -> int:

@@ -27,7 +27,7 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
                 "selection": f"  (selection: up to {row['candidates']} candidate runs)"}[row["role"]]
         state = "finished" if row["finished"] else "to do"
         again = "  (error last time)" if row["retry"] else ""
-        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}{again}")
+        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}{again}{claim_note(row)}")
     if not len(table):
         print("0 runs in the grid")
         return
@@ -37,7 +37,32 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
     if len(selections):  # a selection trains up to its candidate count, stopping early
         line += (f"; {plural(len(selections), 'selection')}, {int((~selections['finished']).sum())} to do, of up to "
                  f"{plural(int(selections.loc[~selections['finished'], 'candidates'].sum()), 'candidate run')}")
+    claimed = table[table["claimed_by"] != ""]
+    if len(claimed):
+        live = int((claimed["stale"] == "").sum())
+        line += (f"; {live} of them claimed by other workers"
+                 + (f", {plural(len(claimed) - live, 'stale claim')} to take over" if len(claimed) > live else ""))
     print(line)
+
+
+def claim_note(row) -> str:
+    """'  (claimed by host pid 12, heartbeat 3 s ago)', or the stale claim a grid would take over."""
+    if not row["claimed_by"]:
+        return ""
+    if row["stale"]:
+        return f"  (stale claim of {row['claimed_by']}: {row['stale']}; the grid takes it over)"
+    return f"  (claimed by {row['claimed_by']}, heartbeat {duration(row['heartbeat_s'])} ago)"
+
+
+def others_line(done: api.Executed) -> str | None:
+    """What other workers on the same folder trained while this command ran, in one line."""
+    if not done.by_others:
+        return None
+    workers: dict[str, int] = {}
+    for worker in done.by_others.values():
+        workers[worker] = workers.get(worker, 0) + 1
+    return (f"{plural(len(done.by_others), 'run')} of this grid trained meanwhile by other workers on "
+            "the same folder: " + ", ".join(f"{w} ({n})" for w, n in workers.items()))
 
 
 def report_failures(done: api.Executed) -> int:

@@ -8,7 +8,7 @@ from typing import Callable
 
 from bench import api
 from bench.cli.arguments import add_command, add_grid_arguments, plan_from
-from bench.cli.printing import duration, print_dry_run, report_failures, warn
+from bench.cli.printing import duration, others_line, print_dry_run, report_failures, warn
 from bench.errors import ConfigError
 
 
@@ -50,6 +50,8 @@ def run_plan(plan: api.Plan, args: argparse.Namespace, then: Callable[[api.Execu
         warn(problem)
     api.report_grid(plan, done, plots=not args.no_plots if plots is None else plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
+    if others_line(done):
+        print(others_line(done))
     if done.efficiency:
         e = done.efficiency
         print(f"{e['train_tflop']:.3g} TFLOP in {duration(e['wall_seconds'])} = {e['fraction_of_peak']:.0%} of the "

@@ -1,7 +1,8 @@
-"""Where the runs of a grid execute: in this process, in local worker processes, or on a Dask
-cluster. All three go through joblib, so no scheduler is written here. Each task trains one run
-and writes its own record (atomically) before returning, so a finished run is on disk even if the
-process that asked for it dies.
+"""Where the runs of a grid execute: in this process, in local worker processes, on a Dask
+cluster (all three through joblib, so no scheduler is written here), or as submitit jobs. Each task
+claims its pack's runs in the folder (``bench.execution.claims``), trains those it holds and writes
+each record (atomically) before returning, so a finished run is on disk even if the process that
+asked for it dies, and commands started on several machines against one folder split the grid.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -19,8 +21,9 @@ from bench.config import Execution, RunConfig
 from bench.data.files import check_dataset_files
 from bench.data.loaders import load_benchmark_data, prepare_ood_sets
 from bench.errors import BenchError
-from bench.options import option, parse_int, parse_str, validate
+from bench.options import option, parse_float, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
+from bench.execution.claims import DEFAULT_TIMEOUT, Claim, Claims, RunsToDo
 from bench.execution.runner import run_line, run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
@@ -32,22 +35,33 @@ DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 local
 
 
 def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, execution: Execution,
-                  download: bool, progress: bool, plugins: tuple[Path, ...] = ()) -> list[dict]:
-    """One task, the same in every executor: a pack of runs (``bench.training.packs``; one protocol). Load
-    the plugin files that define methods (a worker process starts without them), each run's data
-    (cached per process and split), the records of the runs they depend on; train, evaluate, store
-    each run's record as the pack ends."""
+                  download: bool, progress: bool, plugins: tuple[Path, ...], todo: RunsToDo,
+                  claim_timeout: float) -> list[dict]:
+    """One task, the same in every executor: a pack of runs (``bench.training.packs``; one protocol).
+    Load the plugin files that define methods (a worker process starts without them); claim the
+    pack's runs and keep those this worker holds and that no worker has finished meanwhile; load
+    each run's data (cached per process and split) and the records of the runs they depend on;
+    train, evaluate, store each run's record and release its claim as the pack ends."""
     for path in plugins:
         load_plugin(path)
     store = RunStore(out_dir)
-    references = [_references(store, config) for config in pack]
-    data = [load_benchmark_data(c.protocol, data_dir, download, c.seed) for c in pack]
     records = []
-    save = store.add_weights if execution.save_weights else None
-    for record, arrays in run_pack(pack, data, progress=progress, execution=execution, references=references,
-                                   save_weights=save):
-        store.add(record, arrays)
-        records.append(record)
+    with Claims(out_dir, claim_timeout, log=tqdm.write).holding() as claims:
+        held = [c for c in pack if claims.acquire(c.run_id)]
+        mine = [c for c in held if todo.needs(c.run_id)]  # claimed, then looked again: never trained twice
+        for config in held:
+            if config not in mine:
+                claims.release(config.run_id)
+        if not mine:
+            return records
+        references = [_references(store, config) for config in mine]
+        data = [load_benchmark_data(c.protocol, data_dir, download, c.seed) for c in mine]
+        save = store.add_weights if execution.save_weights else None
+        for record, arrays in run_pack(mine, data, progress=progress, execution=execution, references=references,
+                                       save_weights=save):
+            store.add(record, arrays)
+            claims.release(record["run_id"])
+            records.append(record)
     return records
 
 
@@ -80,6 +94,9 @@ class Executor:
     submitit_params: tuple[str, ...] = option((), lambda v: tuple(parse_str(x) for x in v), "NAME=VALUE strings",
                                               help="submitit job parameters, e.g. timeout_min=120, "
                                               "slurm_partition=gpu, gpus_per_node=1 (checked by bench.api.plan)")
+    claim_timeout: float = option(DEFAULT_TIMEOUT, parse_float, "a number of seconds > 0",
+                                  check=lambda v: v > 0 and math.isfinite(v),
+                                  help="seconds without a heartbeat after which another worker's claim is taken over")
 
     @property
     def in_process(self) -> bool:
@@ -92,26 +109,29 @@ class Executor:
         return dataclasses.replace(execution, threads=max(1, (os.cpu_count() or 1) // self.jobs))
 
     def map(self, packs: list[list[RunConfig]], data_dir: Path, out_dir: Path, execution: Execution,
-            download: bool, progress: bool) -> Iterator[dict]:
-        """Run every pack; yield each record as its pack finishes (in completion order)."""
+            download: bool, progress: bool, todo: RunsToDo) -> Iterator[dict]:
+        """Run every pack; yield each record this worker wrote as its pack finishes (in completion
+        order). A run that another worker claimed or finished meanwhile yields nothing."""
         if self.in_process:
             for pack in packs:
-                yield from run_and_store(pack, data_dir, out_dir, execution, download, progress)
+                yield from run_and_store(pack, data_dir, out_dir, execution, download, progress, (), todo,
+                                         self.claim_timeout)
             return
         if self.submitit_folder is not None:
             if packs:
-                yield from self._submitit_map(packs, data_dir, out_dir, execution, download)
+                yield from self._submitit_map(packs, data_dir, out_dir, execution, download, todo)
             return
         execution = self.worker_execution(execution)
         plugins = tuple(plugin_files())
-        tasks = (delayed(run_and_store)(p, data_dir, out_dir, execution, download, False, plugins) for p in packs)
+        tasks = (delayed(run_and_store)(p, data_dir, out_dir, execution, download, False, plugins, todo,
+                                        self.claim_timeout) for p in packs)
         with self._backend() as (backend, n_jobs):
             with parallel_config(backend=backend, n_jobs=n_jobs):
                 for records in Parallel(return_as="generator_unordered")(tasks):
                     yield from records
 
     def _submitit_map(self, packs: list[list[RunConfig]], data_dir: Path, out_dir: Path, execution: Execution,
-                      download: bool) -> Iterator[dict]:
+                      download: bool, todo: RunsToDo) -> Iterator[dict]:
         """One submitit job per pack (a SLURM job array where SLURM is); records as jobs finish. A
         job that ends without its records (killed, out of memory, time limit) leaves its runs to the
         next command, which resumes them; the others go on."""
@@ -128,7 +148,7 @@ class Executor:
         plugins = tuple(plugin_files())
         n = len(packs)
         jobs = executor.map_array(run_and_store, packs, [data_dir] * n, [out_dir] * n, [execution] * n,
-                                  [download] * n, [False] * n, [plugins] * n)
+                                  [download] * n, [False] * n, [plugins] * n, [todo] * n, [self.claim_timeout] * n)
         failed = []
         for job in submitit.helpers.as_completed(jobs):
             try:
@@ -188,10 +208,33 @@ def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[Run
     return list(independent.values()), dependent
 
 
+def grid_status(items: list[GridItem], store: RunStore, force: bool = False,
+                claim_timeout: float = DEFAULT_TIMEOUT) -> list[dict]:
+    """One row per run of the grid (references added, selections included): finished or to do,
+    ``retry`` (its record says it ended in error, or met a failed candidate) and, for a run to do,
+    the worker that claims it (``claimed_by``, ``heartbeat_s``; ``stale``: why the grid will take it over)."""
+    first, then = with_references(items)
+    finished, _ = store.check([c.run_id for c in first + then])
+    claims = Claims(store.out, claim_timeout)
+    rows = []
+    for item in first + then:
+        role = "reference" if item not in items else item.kind
+        done = item.run_id in finished and not force
+        claim = None if done else claims.read(item.run_id)
+        rows.append({"run_id": item.run_id, "variant": item.variant, "seed": item.seed, "role": role,
+                     "candidates": len(item.runs()) if role == "selection" else 0, "finished": done,
+                     "retry": item.run_id not in finished and store.record_path(item.run_id).is_file(),
+                     "claimed_by": claim.worker if claim else "",
+                     "heartbeat_s": claim.heartbeat_age if claim else float("nan"),
+                     "stale": claim.why_stale(claim_timeout) if claim and claim.stale(claim_timeout) else ""})
+    return rows
+
+
 @dataclasses.dataclass
 class GridRun:
     run_ids: list[str]   # the grid's runs (references and selections included), finished before or now
     ran: set[str]        # the runs this call ran (selection candidates and selections included)
+    by_others: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> the worker that trained it
 
 
 def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: Executor = Executor(),
@@ -199,7 +242,8 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
              force: bool = False, log=None) -> GridRun:
     """Run every grid item not already finished in ``store`` (all of them with force), the runs
     that others depend on first, then walk every selection (``bench.design.walks``). A run that ended in
-    error before is run again, and a selection that met a failed candidate is walked again."""
+    error before is run again, and a selection that met a failed candidate is walked again. Runs that
+    other workers claim in the same folder are left to them and waited for (``bench.execution.claims``)."""
     log = log or (lambda line: tqdm.write(line))
     items = list({c.run_id: c for c in items}.values())  # a grid may name a run twice
     selections = [c for c in items if c.kind == "selection"]
@@ -218,8 +262,11 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
     if len(everything) > len(plain):
         log(f"{len(everything) - len(plain)} reference runs added: runs of the grid depend on them")
     _check_data(data_dir, todo + [c for w in walks for c in w.candidates], download, log)
-    run = _Runner(executor, data_dir, store, execution, download, progress, force, log)
+    candidates = [run for phase in with_references([c for w in walks for c in w.candidates]) for run in phase]
+    runs_to_do = RunsToDo.at_start(store, [c.run_id for c in everything + candidates], force)
     bar = tqdm(total=len(todo) + len(walks), desc="runs", unit="run", disable=None if progress else True)
+    run = _Runner(executor, data_dir, store, execution, download, progress, runs_to_do, log, bar,
+                  Claims(store.out, executor.claim_timeout, log))
     for phase in phases:
         run(phase)
         bar.update(len(phase))
@@ -227,7 +274,7 @@ def run_grid(items: list[GridItem], data_dir: Path, store: RunStore, executor: E
     bar.close()
     # the candidates stay in runs.csv and summary.csv; the grid's own rows are the selections
     return GridRun([c.run_id for c in everything] + [s.run_id for s in selections],
-                   run.done_now | {w.selection.run_id for w in walks})
+                   run.done_now | {w.selection.run_id for w in walks}, run.trained_by_others())
 
 
 def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]:
@@ -255,31 +302,73 @@ def _check_data(data_dir: Path, configs: list[RunConfig], download: bool, log) -
 
 @dataclasses.dataclass
 class _Runner:
-    """Runs (or reuses) batches of configs, references first; with force, each at most once per grid."""
+    """Runs (or reuses) batches of configs, references first; with force, each at most once per grid.
+    Runs that other workers hold are waited for; a batch returns when every run of it has a record."""
     executor: Executor
     data_dir: Path
     store: RunStore
     execution: Execution
     download: bool
     progress: bool
-    force: bool
+    todo: RunsToDo
     log: object
+    bar: tqdm
+    claims: Claims  # this process only looks: its tasks claim
     done_now: set = dataclasses.field(default_factory=set)
+    wanted: set = dataclasses.field(default_factory=set)  # every run that needed training while this grid ran
 
     def __call__(self, batch: list[RunConfig]) -> None:
         for phase in with_references(batch):
-            todo = [c for c in dict((c.run_id, c) for c in phase).values() if c.run_id not in self.done_now
-                    and (self.force or not self.store.check([c.run_id])[0])]
-            limit = pack_limit(self.execution, [c.protocol for c in todo])
-            if self.execution.pack_size == "auto" and self.executor.jobs > 1:  # leave work for every worker
-                networks = sum(c.make_method().n_networks for c in todo)
-                limit = min(limit, max(1, math.ceil(networks / self.executor.jobs)))
-            packs = make_packs(todo, limit)
-            for record in self.executor.map(packs, self.data_dir, self.store.out, self.execution, self.download,
-                                            self.progress):
-                self.done_now.add(record["run_id"])
-                if self.progress:
-                    self.log(run_line(record))
+            self._phase(list(dict((c.run_id, c) for c in phase).values()))
+
+    def _phase(self, configs: list[RunConfig]) -> None:
+        waiting_for: set[str] = set()
+        while True:
+            todo = [c for c in configs if c.run_id not in self.done_now and self.todo.needs(c.run_id)]
+            self.wanted.update(c.run_id for c in todo)
+            if not todo:
+                break
+            held = self.claims.held_by_others([c.run_id for c in todo])
+            free = [c for c in todo if c.run_id not in held]
+            if free:
+                self._train(free)
+                continue
+            if set(held) != waiting_for:  # say it when the set of runs waited for changes, not every poll
+                waiting_for = set(held)
+                self._say_waiting(held)
+            time.sleep(min(2.0, self.claims.interval))
+        self.bar.set_postfix_str("")
+
+    def _train(self, configs: list[RunConfig]) -> None:
+        limit = pack_limit(self.execution, [c.protocol for c in configs])
+        if self.execution.pack_size == "auto" and self.executor.jobs > 1:  # leave work for every worker
+            networks = sum(c.make_method().n_networks for c in configs)
+            limit = min(limit, max(1, math.ceil(networks / self.executor.jobs)))
+        for record in self.executor.map(make_packs(configs, limit), self.data_dir, self.store.out, self.execution,
+                                        self.download, self.progress, self.todo):
+            self.done_now.add(record["run_id"])
+            if self.progress:
+                self.log(run_line(record))
+
+    def _say_waiting(self, held: dict[str, Claim]) -> None:
+        workers: dict[str, list[Claim]] = {}
+        for claim in held.values():
+            workers.setdefault(claim.worker, []).append(claim)
+        who = "; ".join(f"{worker} holds {len(claims)} (heartbeat {min(c.heartbeat_age for c in claims):.0f} s ago)"
+                        for worker, claims in workers.items())
+        self.bar.set_postfix_str(f"waiting for {len(held)} claimed by other workers")
+        if self.progress:
+            self.log(f"waiting for {len(held)} run{'' if len(held) == 1 else 's'} claimed by other workers: {who}")
+
+    def trained_by_others(self) -> dict[str, str]:
+        """The runs that needed training during this grid and that another worker trained."""
+        out = {}
+        for run_id in sorted(self.wanted - self.done_now):
+            try:
+                out[run_id] = self.store.load(run_id).get("worker", "another worker")
+            except (FileNotFoundError, CorruptRecord):
+                continue
+        return out
 
 
 def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, log) -> None:

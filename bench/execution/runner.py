@@ -86,7 +86,8 @@ def _base_record(config: RunConfig, data: BenchData, execution: Execution, devic
     return {**row, "config_columns": [k for k in row if k not in ("run_id", "seed")],
             "config": config.to_dict(), "ood_skipped": "; ".join(f"{k}: {v}" for k, v in data.ood_skipped.items()),
             "device": str(device), "vectorized": execution.vectorize, "threads": torch.get_num_threads(), **pack,
-            "torch_version": torch.__version__, "numpy_version": np.__version__, **provenance.stamp()}
+            "torch_version": torch.__version__, "numpy_version": np.__version__, **provenance.stamp(),
+            "worker": provenance.worker_name()}
 
 
 def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progress: bool, execution: Execution,
