@@ -44,7 +44,7 @@ from bench.provenance import stamp
 from bench.reporting import star_tables
 from bench.reporting.paper import load_published
 from bench.reporting.report import report_folder, report_paper_table, write_bootstrap
-from bench.store import RunStore, config_columns, id_datasets, summarize, without_candidates, write_csv
+from bench.store import RunStore, append_csv, config_columns, id_datasets, summarize, without_candidates
 from bench.training.perf import Work, matmul_peak_gflops, run_pack_perf, run_perf
 from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
 from methods.base import Method
@@ -174,7 +174,7 @@ def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak:
            "device": str(p.execution.torch_device()), "threads": torch.get_num_threads(),
            "pack_size": p.execution.pack_size, "jobs": p.executor.jobs, **stamp()}
     path = p.store.out / "efficiency.csv"
-    write_csv(pd.DataFrame([row]), path, mode="a", header=not path.exists())
+    append_csv(pd.DataFrame([row]), path)
     return row
 
 

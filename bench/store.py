@@ -61,19 +61,32 @@ FLOAT_FORMAT = "%.10g"
 
 
 def write_csv(frame: pd.DataFrame, path: Path, **kwargs) -> None:
-    """A table as CSV at the fixed precision (FLOAT_FORMAT), without the index; written atomically
-    (workers sharing a folder rebuild its tables together), or appended with mode="a"."""
-    if kwargs.get("mode", "w") != "w":
-        frame.to_csv(path, index=False, float_format=FLOAT_FORMAT, **kwargs)
-        return
+    """A table as CSV at the fixed precision (FLOAT_FORMAT), without the index, written atomically:
+    workers sharing a folder rebuild its tables together."""
     text = frame.to_csv(index=False, float_format=FLOAT_FORMAT, **kwargs)
     _atomic_write(Path(path), lambda f: f.write(text.encode()))
+
+
+def append_csv(frame: pd.DataFrame, path: Path) -> None:
+    """Rows appended to a CSV table; the header only by the writer that creates the file (an
+    exclusive create: two workers finishing together write it once)."""
+    try:
+        with open(path, "x") as f:
+            frame.to_csv(f, index=False, float_format=FLOAT_FORMAT)
+    except FileExistsError:
+        with open(path, "a") as f:
+            frame.to_csv(f, index=False, float_format=FLOAT_FORMAT, header=False)
+
+
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once, at import (single-threaded): the mode a plain open() would give a new file
 
 
 def _atomic_write(path: Path, write) -> None:
     """write(file) into a temp file beside ``path``, fsync, then rename over ``path``."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the file from the others sharing a folder
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -58,22 +58,25 @@ def test_a_stale_claim_is_taken_over_once_and_said_in_one_line(tmp_path):
     assert json.loads(path.read_text())["token"] == taker.token
     assert not late.acquire("run1")  # the new claim is live
     # a worker that saw the same stale claim finds the takeover marker and moves on
-    assert (tmp_path / "claims" / f"run1.{stale_ns}.takeover").exists()
+    assert (tmp_path / "claims" / f"run1.{stale_ns}.takeover1").exists()
     taker.release("run1")
     assert not list((tmp_path / "claims").iterdir())
 
 
-def test_a_takeover_marker_of_a_dead_taker_expires(tmp_path):
-    dead, taker = Claims(tmp_path, 10), Claims(tmp_path, 10)
+def test_a_dead_takers_marker_leads_to_the_next_level(tmp_path):
+    dead, taker, other = Claims(tmp_path, 10), Claims(tmp_path, 10), Claims(tmp_path, 10)
     assert dead.acquire("run1")
     path = tmp_path / "claims" / "run1.json"
     age(path, 20)
-    marker = tmp_path / "claims" / f"run1.{path.stat().st_mtime_ns}.takeover"
+    marker = tmp_path / "claims" / f"run1.{path.stat().st_mtime_ns}.takeover1"
     marker.touch()  # another taker won the takeover, then died before it wrote its claim
-    assert not taker.acquire("run1")
+    assert not taker.acquire("run1")  # its marker is recent: that taker may still be writing
     age(marker, 20)
-    assert not taker.acquire("run1") and not marker.exists()  # the dead taker's marker is cleared...
-    assert taker.acquire("run1")  # ...and the claim taken over at the next look
+    assert taker.acquire("run1") and marker.exists()  # the next level, never a marker removed under a live taker
+    assert (tmp_path / "claims" / f"run1.{marker.name.split('.')[1]}.takeover2").exists()
+    assert not other.acquire("run1")
+    taker.release("run1")
+    assert not list((tmp_path / "claims").iterdir())
 
 
 def test_a_claim_is_stale_only_after_three_of_its_holders_heartbeats(tmp_path):
@@ -84,10 +87,10 @@ def test_a_claim_is_stale_only_after_three_of_its_holders_heartbeats(tmp_path):
 
 
 def test_heartbeats_keep_a_claim_live_and_the_end_releases_it(tmp_path):
-    with Claims(tmp_path, timeout=0.5).holding() as claims:
+    with Claims(tmp_path, timeout=1.0).holding() as claims:  # a heartbeat every 0.1 s
         assert claims.acquire("run1")
-        time.sleep(1.2)  # more than twice the timeout: the heartbeat kept it fresh
-        assert Claims(tmp_path, timeout=0.5).held_by_others(["run1"])
+        time.sleep(2.5)  # more than twice the timeout: the heartbeat kept it fresh
+        assert Claims(tmp_path, timeout=1.0).held_by_others(["run1"])
     assert not (tmp_path / "claims" / "run1.json").exists()
 
 
@@ -101,6 +104,22 @@ def test_a_heartbeat_notices_a_claim_taken_over(tmp_path):
     claims.beat()
     assert len(lines) == 1 and lines[0].startswith("warning: the claim on run run1 was taken over")
     assert json.loads((tmp_path / "claims" / "run1.json").read_text())["token"] == other.token
+
+
+def test_a_claim_released_during_a_heartbeat_raises_no_alarm(tmp_path, monkeypatch):
+    lines = []
+    claims = Claims(tmp_path, 10, log=lines.append)
+    assert claims.acquire("run1")
+    real_read = claims.read
+
+    def read_after_release(run_id):  # the record is written and the claim released while the beat looks
+        monkeypatch.setattr(claims, "read", real_read)
+        claims.release(run_id)
+        return real_read(run_id)
+
+    monkeypatch.setattr(claims, "read", read_after_release)
+    claims.beat()
+    assert not lines
 
 
 def test_a_claims_folder_that_cannot_be_made_is_one_line(tmp_path):
@@ -167,7 +186,7 @@ def test_a_record_of_a_newer_schema_is_refused_in_one_line(tmp_path, capsys):
     assert json.loads(path.read_text())["schema"] == RECORD_SCHEMA + 1  # never redone or rewritten
 
 
-def test_every_record_written_says_its_schema_and_worker(tmp_path):
+def test_every_record_written_says_its_schema(tmp_path):
     store = RunStore(tmp_path)
     store.add({"run_id": "r", "status": "diverged"}, None)
     record = json.loads(store.record_path("r").read_text())
@@ -181,6 +200,7 @@ def grid(epochs: int, seeds=("0", "1", "2")) -> list[str]:
             "--val-size", "50", "--early-stop-acc", "none", "--no-download", "--no-plots"]
 
 
+SIX = [*grid(60, [str(s) for s in range(6)]), "--pack-size", "1"]  # six short runs, one by one
 METRICS = ["run_id", "id_acc", "id_nll_nats", "auroc_pred_entropy_vs_fashion_mnist", "id_ece"]
 
 
@@ -188,11 +208,48 @@ def metrics(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "runs.csv")[METRICS].sort_values("run_id").reset_index(drop=True)
 
 
-def worker(data: Path, out: Path, args: list[str], quiet: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "bench", "run", "--data-dir", str(data), "--out", str(out),
-                             "--threads", "1", *(["-q"] if quiet else []), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+class Worker:
+    """`python -m bench run` in its own process; its output collected as it comes."""
+
+    def __init__(self, data: Path, out: Path, args: list[str], quiet: bool = False):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench", "run", "--data-dir", str(data), "--out",
+                                      str(out), "--threads", "1", *(["-q"] if quiet else []), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, sig) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_for(self, condition, what: str, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if condition():
+                return
+            if self.proc.poll() is not None:
+                pytest.fail(f"the worker ended before {what}: {self.text}")
+            time.sleep(0.02)
+        pytest.fail(f"no {what} in time")
+
+    def wait_for_line(self, part: str) -> None:
+        self.wait_for(lambda: any(part in line for line in list(self.lines)), f"line with {part!r}")
+
+    def finish(self) -> str:
+        """Wait for the exit (status 0 required); the whole output."""
+        code = self.proc.wait(timeout=300)
+        self.reader.join(timeout=60)
+        assert code == 0, self.text
+        return self.text
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
 
 
 def trained_lines(output: str) -> list[str]:
@@ -200,118 +257,140 @@ def trained_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if re.match(r"\S+\(.*\) seed \d+: (acc|error|diverged)", line)]
 
 
-def wait_for(condition, proc, what: str, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"the worker ended before {what}: {proc.stdout.read()}")
-        time.sleep(0.02)
-    pytest.fail(f"no {what} in time")
+def claim_files(out: Path) -> list[Path]:
+    return list((out / "claims").glob("*.json"))
+
+
+def records(out: Path) -> list[Path]:
+    return list((out / "records").glob("*.json"))
+
+
+def others_line(n: int, pid: int) -> str:
+    host = worker_name().rsplit(" pid ", 1)[0]
+    return f"{n} run{'s' if n > 1 else ''} of this grid trained meanwhile by other workers on the same folder: " \
+           f"{host} pid {pid} ({n})"
 
 
 @pytest.fixture(scope="module")
 def one_worker(tiny_data, tmp_path_factory):
-    """Six runs trained by one worker, run by run: the records the shared runs must end with."""
+    """SIX trained by one worker: the records a shared folder must end with."""
     out = tmp_path_factory.mktemp("one_worker")
-    proc = worker(tiny_data, out, [*grid(20, [str(s) for s in range(6)]), "--pack-size", "1"], quiet=True)
-    assert proc.wait(timeout=300) == 0, proc.stdout.read()
+    Worker(tiny_data, out, SIX, quiet=True).finish()
     return metrics(out)
 
 
 @pytest.mark.parametrize("n_workers", [2, 3])
 def test_workers_on_one_folder_train_every_run_once(n_workers, tiny_data, tmp_path, one_worker):
     out = tmp_path / "out"
-    args = [*grid(20, [str(s) for s in range(6)]), "--pack-size", "1"]
-    procs = [worker(tiny_data, out, args) for _ in range(n_workers)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0] * n_workers, outputs
+    workers = [Worker(tiny_data, out, SIX) for _ in range(n_workers)]
+    outputs = [w.finish() for w in workers]
     trained = [line for output in outputs for line in trained_lines(output)]
     assert len(trained) == 6 and len(set(trained)) == 6  # every run once, by one worker or another
     pd.testing.assert_frame_equal(metrics(out), one_worker)
     assert not list((out / "claims").iterdir())
-    workers = pd.Series([json.loads(p.read_text())["worker"] for p in (out / "records").glob("*.json")])
-    assert workers.str.fullmatch(r".+ pid \d+").all()
+    names = {json.loads(p.read_text())["worker"] for p in records(out)}
+    assert names <= {f"{worker_name().rsplit(' pid ', 1)[0]} pid {w.pid}" for w in workers}
+
+
+def test_two_workers_split_a_grid_and_say_what_the_other_trained(tiny_data, tmp_path, one_worker):
+    out = tmp_path / "out"
+    first = Worker(tiny_data, out, SIX)
+    first.wait_for(lambda: claim_files(out), "a claim")
+    first.signal(signal.SIGSTOP)  # holds one claim, its process alive (so never taken over within the timeout)
+    try:
+        held = {p.stem for p in claim_files(out)} - {p.stem for p in records(out)}
+        assert held, "the first worker must hold an unfinished run for this test to mean anything"
+        second = Worker(tiny_data, out, SIX)
+        second.wait_for_line("waiting for 1 run claimed by other workers")  # it trained the rest meanwhile
+    finally:
+        first.signal(signal.SIGCONT)
+    first_text, second_text = first.finish(), second.finish()
+    n_first, n_second = len(trained_lines(first_text)), len(trained_lines(second_text))
+    assert n_first >= 1 and n_second >= 1 and n_first + n_second == 6
+    assert others_line(n_second, second.pid) in first_text and others_line(n_first, first.pid) in second_text
+    pd.testing.assert_frame_equal(metrics(out), one_worker)
 
 
 def test_a_second_command_waits_and_says_what_the_first_trained(tiny_data, tmp_path):
     out = tmp_path / "out"
-    first = worker(tiny_data, out, grid(40), quiet=True)
-    wait_for(lambda: len(list((out / "claims").glob("*.json"))) == 3, first, "claims")
-    first.send_signal(signal.SIGSTOP)  # holds its claims (heartbeats fresh for the timeout) while the second starts
+    first = Worker(tiny_data, out, grid(40), quiet=True)
+    first.wait_for(lambda: len(claim_files(out)) == 3, "claims")
+    first.signal(signal.SIGSTOP)  # holds its claims while the second starts
     try:
-        assert not list((out / "records").glob("*.json")), "the first worker must still be training"
-        second = worker(tiny_data, out, grid(40))
-        lines = []
-        reader = threading.Thread(target=lambda: lines.extend(second.stdout), daemon=True)
-        reader.start()
-        wait_for(lambda: any("waiting for 3 runs claimed by other workers" in line for line in lines), second,
-                 "waiting line")
+        assert not records(out), "the first worker must still be training"
+        second = Worker(tiny_data, out, grid(40))
+        second.wait_for_line("waiting for 3 runs claimed by other workers")
     finally:
-        first.send_signal(signal.SIGCONT)
-    assert first.wait(timeout=300) == 0 and second.wait(timeout=300) == 0
-    reader.join(timeout=60)
-    text = "".join(lines)
+        first.signal(signal.SIGCONT)
+    first.finish()
+    text = second.finish()
     assert not trained_lines(text)  # 3 trainings in all, not 6
-    host = worker_name().rsplit(" pid ", 1)[0]
-    assert f"3 runs of this grid trained meanwhile by other workers on the same folder: {host} pid {first.pid} (3)" \
-        in text
-    assert len(list((out / "records").glob("*.json"))) == 3
+    assert others_line(3, first.pid) in text and len(records(out)) == 3
 
 
 def killed_mid_pack(tiny_data, out: Path, args: list[str]) -> int:
     """Start a worker, SIGKILL it once it holds its three claims; its pid."""
-    first = worker(tiny_data, out, args, quiet=True)
-    wait_for(lambda: len(list((out / "claims").glob("*.json"))) == 3, first, "claims")
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=60)
-    assert not list((out / "records").glob("*.json")), "the worker must die mid-pack for this test to mean anything"
-    assert len(list((out / "claims").glob("*.json"))) == 3  # a killed worker cannot release its claims
+    first = Worker(tiny_data, out, args, quiet=True)
+    first.wait_for(lambda: len(claim_files(out)) == 3, "claims")
+    first.signal(signal.SIGKILL)
+    first.proc.wait(timeout=60)
+    assert not records(out), "the worker must die mid-pack for this test to mean anything"
+    assert len(claim_files(out)) == 3  # a killed worker cannot release its claims
     return first.pid
 
 
-def finish_grid(tiny_data, out: Path, args: list[str], took_over: str) -> None:
-    second = worker(tiny_data, out, args)
-    text = second.communicate(timeout=300)[0]
-    assert second.returncode == 0, text
+def check_finished(out: Path, text: str, took_over: str) -> None:
     assert len(re.findall(took_over, text)) == 3, text
-    assert len(trained_lines(text)) == 3 and len(list((out / "records").glob("*.json"))) == 3
+    assert len(trained_lines(text)) == 3 and len(records(out)) == 3
     assert not list((out / "claims").iterdir())
 
 
-def test_a_killed_workers_claims_on_this_host_are_taken_over_at_once(tiny_data, tmp_path):
+def test_a_killed_workers_claims_on_this_machine_are_taken_over_at_once(tiny_data, tmp_path):
     out = tmp_path / "out"
     pid = killed_mid_pack(tiny_data, out, grid(40))
-    # the default timeout (5 min) does not apply: the claims' process is gone from this host
-    finish_grid(tiny_data, out, grid(40), rf"took over run \w+ from \S+ pid {pid}: its process {pid} has ended")
+    # the default timeout (5 min) does not apply: the claims' process is gone from this machine
+    text = Worker(tiny_data, out, grid(40)).finish()
+    check_finished(out, text, rf"took over run \w+ from \S+ pid {pid}: its process {pid} has ended")
 
 
-def test_a_dead_nodes_claims_are_taken_over_after_the_timeout(tiny_data, tmp_path):
+def test_a_dead_nodes_claims_are_waited_for_then_taken_over_after_the_timeout(tiny_data, tmp_path):
     out = tmp_path / "out"
-    args = [*grid(40), "--claim-timeout", "2"]
+    args = [*grid(40), "--claim-timeout", "3"]
     pid = killed_mid_pack(tiny_data, out, args)
-    for path in (out / "claims").glob("*.json"):  # as if the worker had run on another machine
-        path.write_text(json.dumps({**json.loads(path.read_text()), "host": "node-b", "worker": f"node-b pid {pid}"}))
-    finish_grid(tiny_data, out, args, rf"took over run \w+ from node-b pid {pid}: no heartbeat for \d+ s "
-                r"\(claim timeout 2 s\)")
+    for path in claim_files(out):  # as if the worker had run on another machine
+        path.write_text(json.dumps({**json.loads(path.read_text()), "host": "node-b", "machine": "another",
+                                    "worker": f"node-b pid {pid}"}))
+    stop = threading.Event()
+
+    def heartbeats():
+        while not stop.wait(0.2):
+            for path in claim_files(out):
+                os.utime(path)
+
+    beating = threading.Thread(target=heartbeats)
+    beating.start()  # the dead node's heartbeats go on until the second worker has seen its claims live
+    try:
+        second = Worker(tiny_data, out, args)
+        second.wait_for_line(f"waiting for 3 runs claimed by other workers: node-b pid {pid} holds 3")
+    finally:
+        stop.set()
+        beating.join()
+    check_finished(out, second.finish(), rf"took over run \w+ from node-b pid {pid}: no heartbeat for \d+ s "
+                   r"\(claim timeout 3 s\)")
 
 
-def test_a_walk_split_across_two_workers_makes_the_sequential_choice(tiny_data, tmp_path):
+@pytest.mark.parametrize("pack_size", ["1", "auto"])
+def test_a_walk_split_across_two_workers_makes_the_sequential_choice(pack_size, tiny_data, tmp_path):
     args = ["--methods", "mod", "--seeds", "0", "--epochs", "8", "--val-size", "50", "-o", "members=2",
-            "--select", "mod.lam=0,0.1,1,10,100", "--no-download", "--no-plots", "--pack-size", "1"]
+            "--select", "mod.lam=0,0.1,1,10,100", "--no-download", "--no-plots", "--pack-size", pack_size]
     sequential = tmp_path / "sequential"
-    alone = worker(tiny_data, sequential, args)
-    alone_text = alone.communicate(timeout=300)[0]
-    assert alone.returncode == 0, alone_text
+    alone_text = Worker(tiny_data, sequential, args).finish()
     shared = tmp_path / "shared"
-    procs = [worker(tiny_data, shared, args) for _ in range(2)]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
+    workers = [Worker(tiny_data, shared, args) for _ in range(2)]
+    outputs = [w.finish() for w in workers]
 
     def selection(out):
-        records = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
-        sel = next(r for r in records if "candidates" in r)
+        sel = next(r for r in map(json.loads, map(Path.read_text, records(out))) if "candidates" in r)
         return sel["selected"], [c["run_id"] for c in sel["candidates"]], [c["val_nll_nats"] for c in sel["candidates"]]
 
     assert selection(shared) == selection(sequential)

@@ -5,10 +5,15 @@ with O_CREAT | O_EXCL (atomic, also on NFS), holding its host, process, start ti
 interval. While the pack trains, a thread touches each claim file (its mtime is the heartbeat). A
 finished record removes its claim. Other workers skip claimed runs; a claim whose heartbeat is older
 than the timeout belongs to a dead worker and is taken over, and so, at once, is a claim of a
-process on this host that no longer exists (a resumed command does not wait for its own killed
-predecessor). A takeover is decided by one more
-O_EXCL file named after the stale claim's mtime, so that of several workers that see the same stale
-claim exactly one takes it. Whoever trained a run, its record says so (``worker``).
+process of this machine (same kernel boot, same process namespace) that no longer exists: a
+resumed command does not wait for its own killed predecessor. A takeover is decided by one more
+O_EXCL file named after the stale claim's mtime (``<run_id>.<mtime>.takeover<k>``; level k + 1 when
+the taker of level k died too), so that of several workers that see the same stale claim exactly
+one takes it; markers are removed only with the finished run's claim. Whoever trained a run, its
+record says so (``worker``).
+
+Files are opened before their mtime is read (``os.fstat``), so that an NFS client revalidates them
+(close-to-open consistency) instead of answering from its attribute cache.
 
 Which runs still need training is read from the records alone (``RunsToDo``), so that commands started
 on several machines agree without talking to each other.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import itertools
 import json
 import os
 import socket
@@ -45,10 +52,12 @@ class Claim:
     interval: float       # the holder's heartbeat interval
     host: str = ""
     pid: int = 0
+    machine: str = ""     # machine_id() of its process
+    mtime_ns: int = 0     # the claim file's, when read: which claim a takeover replaces
 
     def gone(self) -> bool:
-        """Its process was on this host and has ended (killed, or the machine restarted)."""
-        if self.host != socket.gethostname() or self.pid <= 0:
+        """Its process ran on this machine (kernel boot and process namespace) and has ended."""
+        if not self.machine or self.machine != machine_id() or self.pid <= 0:
             return False
         try:
             os.kill(self.pid, 0)
@@ -69,6 +78,17 @@ class Claim:
 
     def describe(self) -> str:
         return f"{self.worker}, heartbeat {_ago(self.heartbeat_age)} ago"
+
+
+@functools.cache
+def machine_id() -> str:
+    """This kernel boot and process namespace ('' where /proc does not tell): a pid means the same
+    process only where both match (two containers may share a host name but not their pids)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
 
 
 def _ago(seconds: float) -> str:
@@ -92,10 +112,10 @@ class Claims:
 
     def read(self, run_id: str) -> Claim | None:
         """The run's claim, or None when nobody holds it."""
-        path = self.path(run_id)
         try:
-            mtime = path.stat().st_mtime
-            text = path.read_text()
+            with open(self.path(run_id), "rb") as f:  # opened first: an NFS client revalidates it
+                stat = os.fstat(f.fileno())
+                text = f.read()
         except FileNotFoundError:
             return None
         try:
@@ -103,8 +123,8 @@ class Claims:
         except json.JSONDecodeError:  # created, not yet written (or its writer died in between)
             body = {}
         return Claim(run_id, body.get("worker", "unknown"), body.get("token", ""), body.get("started_at", ""),
-                     max(0.0, time.time() - mtime), float(body.get("interval", 0.0)), body.get("host", ""),
-                     int(body.get("pid", 0)))
+                     max(0.0, time.time() - stat.st_mtime), float(body.get("interval", 0.0)), body.get("host", ""),
+                     int(body.get("pid", 0)), body.get("machine", ""), stat.st_mtime_ns)
 
     def held_by_others(self, run_ids: list[str]) -> dict[str, Claim]:
         """The live claims (heartbeat within the timeout) among ``run_ids`` that this worker does not hold."""
@@ -119,7 +139,7 @@ class Claims:
         """Claim the run; False when another worker holds it. A stale claim is taken over (one line)."""
         self._ensure()
         body = json.dumps({"run_id": run_id, "worker": worker_name(), "host": socket.gethostname(),
-                           "pid": os.getpid(), "token": self.token,
+                           "pid": os.getpid(), "machine": machine_id(), "token": self.token,
                            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "interval": self.interval}).encode()
         try:
             fd = os.open(self.path(run_id), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -131,38 +151,45 @@ class Claims:
         return True
 
     def _take_over(self, run_id: str, body: bytes) -> bool:
-        path = self.path(run_id)
-        try:
-            mtime_ns = path.stat().st_mtime_ns
-        except FileNotFoundError:  # released meanwhile: claim it afresh
-            return self.acquire(run_id)
         claim = self.read(run_id)
-        if claim is None:
+        if claim is None:  # released meanwhile: claim it afresh
             return self.acquire(run_id)
         if claim.token == self.token:
             return True
         if not claim.stale(self.timeout):
             return False
-        # the one worker that creates this marker takes the claim; the others see it and move on
-        marker = self.folder / f"{run_id}.{mtime_ns}.takeover"
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            self._clear_stale_marker(marker)  # a taker that died before it wrote its claim
-            return False
+        # the one worker that creates a marker for this claim takes it; the others see the marker and move on.
+        # A marker older than the timeout belongs to a taker that died before it wrote its claim: the next level
+        for level in itertools.count(1):
+            marker = self.folder / f"{run_id}.{claim.mtime_ns}.takeover{level}"
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                break
+            except FileExistsError:
+                if not self._expired(marker):
+                    return False
         tmp = self.folder / f".{run_id}.{self.token}.tmp"
         tmp.write_bytes(body)
-        os.replace(tmp, path)
+        os.replace(tmp, self.path(run_id))
         self._hold(run_id)
         self.log(f"took over run {run_id} from {claim.worker}: {claim.why_stale(self.timeout)}")
         return True
 
-    def _clear_stale_marker(self, marker: Path) -> None:
+    def _expired(self, marker: Path) -> bool:
         try:
-            if time.time() - marker.stat().st_mtime > self.timeout:
-                marker.unlink()
-        except FileNotFoundError:
-            pass
+            with open(marker, "rb") as f:
+                return time.time() - os.fstat(f.fileno()).st_mtime > self.timeout
+        except FileNotFoundError:  # removed with a finished run's claim: nothing left to take
+            return False
+
+    def take_over_stale(self, run_ids: list[str]) -> None:
+        """Take over and release at once the stale claims among ``run_ids`` (one line each), so that
+        any worker may claim them afresh. A command judges staleness here, on its own machine (its
+        tasks may run on others, where a dead local process cannot be seen)."""
+        for run_id in run_ids:
+            claim = self.read(run_id)
+            if claim is not None and claim.token != self.token and claim.stale(self.timeout) and self.acquire(run_id):
+                self.release(run_id)
 
     def _hold(self, run_id: str) -> None:
         with self._lock:
@@ -175,7 +202,7 @@ class Claims:
         claim = self.read(run_id)
         if claim is not None and claim.token == self.token:
             self.path(run_id).unlink(missing_ok=True)
-        for marker in self.folder.glob(f"{run_id}.*.takeover"):
+        for marker in self.folder.glob(f"{run_id}.*.takeover*"):
             marker.unlink(missing_ok=True)
 
     def beat(self) -> None:
@@ -187,12 +214,14 @@ class Claims:
             if claim is not None and claim.token == self.token:
                 with contextlib.suppress(FileNotFoundError):
                     os.utime(self.path(run_id))
-            else:
-                with self._lock:
-                    self._held.discard(run_id)
-                holder = claim.worker if claim else "nobody"
-                self.log(f"warning: the claim on run {run_id} was taken over (now held by {holder}): this worker's "
-                         "heartbeat came too late; its record is still written, the run may be trained twice")
+                continue
+            with self._lock:
+                if run_id not in self._held:  # released while this beat ran: nothing lost
+                    continue
+                self._held.discard(run_id)
+            holder = claim.worker if claim else "nobody"
+            self.log(f"warning: the claim on run {run_id} was taken over (now held by {holder}): this worker's "
+                     "heartbeat came too late; its record is still written, the run may be trained twice")
 
     @contextlib.contextmanager
     def holding(self) -> Iterator["Claims"]:
@@ -224,9 +253,11 @@ class Claims:
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
-    """A record file as it is now: (inode, mtime in ns); every atomic write makes a new one."""
+    """A record file as it is now: (inode, mtime in ns); every atomic write makes a new one. Opened
+    first, so that an NFS client revalidates it."""
     try:
-        stat = path.stat()
+        with open(path, "rb") as f:
+            stat = os.fstat(f.fileno())
     except FileNotFoundError:
         return None
     return stat.st_ino, stat.st_mtime_ns

@@ -328,18 +328,21 @@ class _Runner:
             self.wanted.update(c.run_id for c in todo)
             if not todo:
                 break
+            self.claims.take_over_stale([c.run_id for c in todo])
             held = self.claims.held_by_others([c.run_id for c in todo])
             free = [c for c in todo if c.run_id not in held]
-            if free:
-                self._train(free)
+            if free and self._train(free):
                 continue
-            if set(held) != waiting_for:  # say it when the set of runs waited for changes, not every poll
+            # nothing to claim, or others claimed it first: look again after a pause, never in a busy loop
+            if held and set(held) != waiting_for:  # said when the runs waited for change, not at every look
                 waiting_for = set(held)
                 self._say_waiting(held)
             time.sleep(min(2.0, self.claims.interval))
         self.bar.set_postfix_str("")
 
-    def _train(self, configs: list[RunConfig]) -> None:
+    def _train(self, configs: list[RunConfig]) -> int:
+        """Train the runs as packs (each task claims its pack's runs first); how many this worker trained."""
+        trained = 0
         limit = pack_limit(self.execution, [c.protocol for c in configs])
         if self.execution.pack_size == "auto" and self.executor.jobs > 1:  # leave work for every worker
             networks = sum(c.make_method().n_networks for c in configs)
@@ -347,8 +350,10 @@ class _Runner:
         for record in self.executor.map(make_packs(configs, limit), self.data_dir, self.store.out, self.execution,
                                         self.download, self.progress, self.todo):
             self.done_now.add(record["run_id"])
+            trained += 1
             if self.progress:
                 self.log(run_line(record))
+        return trained
 
     def _say_waiting(self, held: dict[str, Claim]) -> None:
         workers: dict[str, list[Claim]] = {}
@@ -356,7 +361,7 @@ class _Runner:
             workers.setdefault(claim.worker, []).append(claim)
         who = "; ".join(f"{worker} holds {len(claims)} (heartbeat {min(c.heartbeat_age for c in claims):.0f} s ago)"
                         for worker, claims in workers.items())
-        self.bar.set_postfix_str(f"waiting for {len(held)} claimed by other workers")
+        self.bar.set_postfix_str(f"waiting for {len(held)} claimed by " + ", ".join(workers))
         if self.progress:
             self.log(f"waiting for {len(held)} run{'' if len(held) == 1 else 's'} claimed by other workers: {who}")
 
