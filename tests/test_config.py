@@ -49,12 +49,10 @@ def test_failed_download_is_one_line(tmp_path, capsys, monkeypatch):
     from bench.data import files
 
     class Offline:
-        __name__ = "MNIST"
-
         def __init__(self, **kwargs):
             raise OSError("network unreachable")
 
-    monkeypatch.setitem(files.DATASET_CLASSES, "mnist", Offline)
+    monkeypatch.setattr(files, "dataset_class", lambda dataset: Offline)
     files.load_images.cache_clear()
     code = main(["run", "--data-dir", str(tmp_path), "--methods", "dare", "--seeds", "0",
                  "--out", str(tmp_path / "out"), "-q"])

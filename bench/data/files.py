@@ -21,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torchvision
 
 from bench.errors import DataError
 
 DATA_DIR_ENV = "DARE_BENCH_DATA"
 DEFAULT_DATA_DIR = "./data"
-DATASET_CLASSES = {"mnist": torchvision.datasets.MNIST, "fashion_mnist": torchvision.datasets.FashionMNIST}
+# torchvision's dataset classes by name; torchvision is imported when one is used (about 1.5 s of every
+# command's start otherwise)
+DATASET_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}  # also each class's name in torchvision
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 # Sizes and md5 of the official uncompressed files (the offline mirror's README lists the same).
@@ -46,10 +47,21 @@ OFFICIAL_FILES = {
     },
 }
 IDX_MAGIC = {"images": 0x00000803, "labels": 0x00000801}
-CIFAR10 = torchvision.datasets.CIFAR10  # its url, archive name, md5s and folder name
-CIFAR10_TEST_MD5 = dict(CIFAR10.test_list)["test_batch"]
+CIFAR10_FOLDER = "cifar-10-batches-py"  # torchvision.datasets.CIFAR10.base_folder
 DOWNLOAD_TIMEOUT_S = 60
 CIFAR10_FULL_SIZE = 30_000_000  # a test_batch this large claims to be the official file: check its md5
+
+
+def dataset_class(dataset: str):
+    """torchvision's class of an in-distribution dataset (MNIST, FashionMNIST)."""
+    import torchvision
+    return getattr(torchvision.datasets, DATASET_FOLDERS[dataset])
+
+
+def _cifar10():
+    """torchvision's CIFAR10 class: its url, archive name, md5s and folder name."""
+    import torchvision
+    return torchvision.datasets.CIFAR10
 
 
 def resolve_data_dir(flag: str | None) -> Path:
@@ -58,7 +70,7 @@ def resolve_data_dir(flag: str | None) -> Path:
 
 
 def _raw_dir(root: Path, dataset: str) -> Path:
-    return root / DATASET_CLASSES[dataset].__name__ / "raw"
+    return root / DATASET_FOLDERS[dataset] / "raw"
 
 
 def _md5(path: Path) -> str:
@@ -111,16 +123,15 @@ def _verify_files(raw: Path, dataset: str, stamp: tuple) -> None:
 
 def check_dataset_files(root: Path, dataset: str, download: bool = True) -> None:
     """Make sure the four files of ``dataset`` are present (downloading if allowed) and intact."""
-    cls = DATASET_CLASSES[dataset]
     raw = _raw_dir(root, dataset)
     missing = [f for f in RAW_FILES if not (raw / f).is_file()]
     if missing:
         hint = (f"pass --data-dir or set ${DATA_DIR_ENV} to a folder in torchvision's layout"
-                f" ({cls.__name__}/raw/<file>)")
+                f" ({DATASET_FOLDERS[dataset]}/raw/<file>)")
         if not download:
             raise DataError(f"{dataset} not found in {raw} (missing {', '.join(missing)}); {hint}")
         try:
-            cls(root=str(root), train=True, download=True)
+            dataset_class(dataset)(root=str(root), train=True, download=True)
         except Exception as exc:  # any download failure: say what is missing and where
             raise DataError(f"{dataset} not found in {raw} (missing {', '.join(missing)}) and download"
                             f" failed ({type(exc).__name__}); {hint}") from None
@@ -135,7 +146,7 @@ def load_images(root: Path, dataset: str, train: bool, download: bool = True
     check_dataset_files(root, dataset, download)
     raw = _raw_dir(root, dataset)
     try:
-        ds = DATASET_CLASSES[dataset](root=str(root), train=train, download=False)
+        ds = dataset_class(dataset)(root=str(root), train=train, download=False)
     except Exception as exc:
         raise DataError(f"cannot read {dataset} from {raw}: {exc}") from None
     return ds.data, ds.targets.long(), tuple(ds.classes)
@@ -145,8 +156,9 @@ def _download_cifar10(root: Path, path: Path) -> None:
     previous = socket.getdefaulttimeout()
     socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # torchvision's urlopen has none: a silent firewall would hang
     try:
-        torchvision.datasets.utils.download_and_extract_archive(
-            CIFAR10.url, str(root), filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
+        from torchvision.datasets.utils import download_and_extract_archive
+        cifar10 = _cifar10()
+        download_and_extract_archive(cifar10.url, str(root), filename=cifar10.filename, md5=cifar10.tgz_md5)
     except Exception as exc:  # offline, read-only folder, ...: the caller decides whether to skip
         raise FileNotFoundError(f"{path} not found and download failed ({type(exc).__name__})") from None
     finally:
@@ -156,13 +168,14 @@ def _download_cifar10(root: Path, path: Path) -> None:
 def load_cifar10_test(root: Path, download: bool) -> tuple[np.ndarray, np.ndarray]:
     """CIFAR-10's test batch: uint8 images (N, 3, 32, 32) and int64 labels. FileNotFoundError when
     it is absent and cannot be downloaded; DataError when it is corrupt."""
-    path = root / CIFAR10.base_folder / "test_batch"
+    path = root / CIFAR10_FOLDER / "test_batch"
     if not path.is_file():
         if not download:
             raise FileNotFoundError(f"{path} not found")
         _download_cifar10(root, path)
-    if path.stat().st_size >= CIFAR10_FULL_SIZE and _md5(path) != CIFAR10_TEST_MD5:
-        raise DataError(f"{path} is corrupt: md5 differs from the official file's ({CIFAR10_TEST_MD5})")
+    official = dict(_cifar10().test_list)["test_batch"] if path.stat().st_size >= CIFAR10_FULL_SIZE else None
+    if official and _md5(path) != official:
+        raise DataError(f"{path} is corrupt: md5 differs from the official file's ({official})")
     try:
         with open(path, "rb") as f:
             batch = pickle.load(f, encoding="bytes")

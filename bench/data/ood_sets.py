@@ -33,7 +33,7 @@ from bench.errors import ConfigError
 SEED = 0
 BLOCK = 4  # block_shuffled: 4 x 4 blocks, a 7 x 7 grid of them
 GROUPS = ("near", "far")
-MNIST_FAMILY = tuple(files.DATASET_CLASSES)  # the ID datasets; each is the other's default OOD set
+MNIST_FAMILY = tuple(files.DATASET_FOLDERS)  # the ID datasets; each is the other's default OOD set
 
 # (data folder, download allowed) -> (images (N, 28, 28) floats or bytes in 0-255, labels (N,)), arrays or tensors
 ImageReader = Callable[[Path, bool], tuple[Any, Any]]

@@ -21,7 +21,6 @@ import zlib
 from typing import Callable
 
 import numpy as np
-from scipy import ndimage
 
 from bench.errors import ConfigError
 
@@ -86,6 +85,7 @@ def parse_shifts(text: str | None) -> list[str]:
 # -- Ovadia et al. -------------------------------------------------------------------------------
 
 def _rotation(x, degrees, rng):
+    from scipy import ndimage  # imported when a shift is drawn: not at every command's start
     return ndimage.rotate(x, degrees, axes=(2, 1), reshape=False, order=1, mode="constant", cval=0.0)
 
 
@@ -99,6 +99,7 @@ def _gaussian(x, sigma, rows_only=False):
     """skimage.filters.gaussian's defaults (mode nearest, truncate 4) on each image. ``rows_only``:
     MNIST-C's glass blur called it on a 2-D image with multichannel=True, which blurs along the
     rows axis only (the columns were taken for channels); kept, as published."""
+    from scipy import ndimage
     return ndimage.gaussian_filter(x, sigma=(0, sigma, 0) if rows_only else (0, sigma, sigma), mode="nearest",
                                    truncate=4.0)
 

@@ -6,7 +6,6 @@ entropies are in bits; NLL in nats; OOD is the positive class and a higher score
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from bench.evaluation import catalog
 from bench.evaluation.columns import ood_column, uncertainty_column
@@ -15,6 +14,8 @@ from bench.evaluation.measures import entropy_bits, uncertainty_decomposition
 
 def ood_metrics(score_id: np.ndarray, score_ood: np.ndarray) -> dict[str, float]:
     """AUROC, AUPR-In, AUPR-Out and FPR at 95% TPR, with OOD as the positive class."""
+    # imported here: scikit-learn (and the scipy it loads) is about a second of every command's start
+    from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
     y = np.r_[np.zeros(len(score_id)), np.ones(len(score_ood))]
     s = np.r_[score_id, score_ood].astype(np.float64)
     fpr, tpr, _ = roc_curve(y, s, drop_intermediate=False)

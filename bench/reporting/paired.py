@@ -17,7 +17,6 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from bench.config import REFERENCE_METHOD
 from bench.evaluation.catalog import CATALOG, PAIRED, Metric, shown_in
@@ -35,6 +34,7 @@ def t_interval(differences: np.ndarray, level: float = LEVEL) -> tuple[float, fl
     mean = float(d.mean())
     if len(d) < 2:
         return mean, math.nan, math.nan
+    from scipy import stats  # imported when an interval is computed: not at every command's start
     half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
     return mean, mean - half, mean + half
 

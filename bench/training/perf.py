@@ -23,10 +23,9 @@ import pandas as pd
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from torchvision.transforms import ToTensor
 
 from bench.config import make_protocol
-from bench.data.files import DATASET_CLASSES
+from bench.data.files import dataset_class
 from bench.data.loaders import load_benchmark_data
 from bench.models import training_flops_per_sample
 from bench.options import option, parse_int
@@ -83,7 +82,8 @@ def seed_mlp(work: Work) -> nn.Module:
 
 
 def seed_loader(work: Work, root: Path):
-    dataset = DATASET_CLASSES[work.dataset](root=str(root), train=True, transform=ToTensor(), download=False)
+    from torchvision.transforms import ToTensor  # torchvision: only for the seed example's loop
+    dataset = dataset_class(work.dataset)(root=str(root), train=True, transform=ToTensor(), download=False)
     return DataLoader(dataset, batch_size=work.batch_size, shuffle=True)
 
 
@@ -166,7 +166,7 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
                   log=print) -> pd.DataFrame:
     """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this
     process; (f) beside it, the fraction that the pack's matmuls alone reach."""
-    samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
+    samples = len(dataset_class(work.dataset)(root=str(root), train=True, download=False))
     log("measuring (c) fp32 matmul peak ...")
     peak = matmul_peak_gflops(work.peak_size, device=device)
     # untimed: the first pack of a process pays the kernels' and the allocator's first-call costs
@@ -250,7 +250,7 @@ def time_torch_uncertainty(work: Work, root: Path, seed: int = 0) -> float:
 
 def run_perf(work: Work, root: Path, out_dir: Path, device: torch.device, skip_seed_loop: bool = False,
              log=print) -> pd.DataFrame:
-    samples = len(DATASET_CLASSES[work.dataset](root=str(root), train=True, download=False))
+    samples = len(dataset_class(work.dataset)(root=str(root), train=True, download=False))
     flops = training_flops(work, samples)
     log(f"work: {work.members} members x {work.epochs} epochs x {samples} images, batch {work.batch_size}, "
         f"MLP {'-'.join(map(str, work.sizes()))}; {flops / 1e12:.3f} TFLOP of training matmuls")
