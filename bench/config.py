@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from bench.data import ood_sets
 from bench.errors import ConfigError
 from bench.options import (choice, describe, option, parse_bool, parse_int, parse_int_tuple, parse_optional_float,
-                           parse_float, parse_str, parse_str_tuple, validate)
+                           parse_float, parse_str, parse_str_tuple, validate, without_implicit_defaults)
 from methods import Method, get_method
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -194,7 +194,7 @@ def make_run_config(method: str, method_options: dict[str, Any], protocol: Proto
         raise ConfigError(f"seed={seed!r} is not valid; allowed: an integer >= 0") from None
     if seed < 0:
         raise ConfigError(f"seed={seed!r} is out of range; allowed: an integer >= 0")
-    return RunConfig(method, options, protocol, seed, preset)
+    return RunConfig(method, without_implicit_defaults(cls, options), protocol, seed, preset)
 
 
 def named_file(name_or_path: str, folder: Path, suffix: str, kind: str) -> Path:

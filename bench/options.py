@@ -14,20 +14,31 @@ from bench.errors import ConfigError
 
 
 def option(default: Any, parse: Callable[[Any], Any], allowed: str,
-           check: Callable[[Any], bool] | None = None, help: str = "", excludes: tuple[str, ...] = ()):
+           check: Callable[[Any], bool] | None = None, help: str = "", excludes: tuple[str, ...] = (),
+           implicit: bool = False):
     """A dataclass field with a parser, a range check and help text.
 
     ``excludes`` names options that may not be given together with this one (e.g. DARE's relative
     ``delta`` and absolute ``threshold``): a grid that sets this option on the command line drops a
     preset's value of the excluded ones, and giving both explicitly is an error.
+    ``implicit``: at its default the option is left out of a run's config (its id, variant and
+    columns), so that an option added after runs were recorded keeps their ids (``implicit_defaults``).
     """
     return dataclasses.field(default=default, metadata={
-        "parse": parse, "check": check, "allowed": allowed, "help": help, "excludes": excludes})
+        "parse": parse, "check": check, "allowed": allowed, "help": help, "excludes": excludes,
+        "implicit": implicit})
 
 
-def choice(default: str, choices: tuple[str, ...], help: str = ""):
+def choice(default: str, choices: tuple[str, ...], help: str = "", implicit: bool = False):
     """An option whose value is one of ``choices``."""
-    return option(default, parse_str, " or ".join(choices), check=lambda v: v in choices, help=help)
+    return option(default, parse_str, " or ".join(choices), check=lambda v: v in choices, help=help,
+                  implicit=implicit)
+
+
+def without_implicit_defaults(obj_cls, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` less the implicit options (``option(implicit=True)``) that are at their default."""
+    implicit = {f.name: f.default for f in dataclasses.fields(obj_cls) if f.metadata.get("implicit")}
+    return {k: v for k, v in values.items() if k not in implicit or v != implicit[k]}
 
 
 # -- parsers: accept the Python value or its command-line string, raise ValueError otherwise ---

@@ -15,6 +15,8 @@ they are validated and listed). The shared training loop asks it for:
   joint runs, computed run by run on ``batch.run_parts``). The task loss
   on the validation split also drives checkpointing (the ``checkpoint`` option every method has:
   none, best, or last_below_threshold for methods with a threshold);
+* ``post_fit``: post-hoc steps after training, on the validation split (the ``temperature`` option
+  every method has: none, or fit one temperature that every prediction's logits are divided by);
 * ``predict``: test-time probabilities, shape (samples, N, classes), plus the method's own
   per-sample OOD scores, if any (``own_scores``). Samples are ensemble members or stochastic
   passes; every evaluator works from these arrays.
@@ -33,12 +35,14 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import ConfigError
+from bench.evaluation.calibration import fit_temperature
 from bench.models import StackedMLP
 from bench.options import choice
 
 PREDICT_CHUNK = 8192  # rows per forward pass at test time: bounds memory for large test sets
 CHECKPOINT_RULES = ("none", "best", "last_below_threshold")
 DEFAULT_SCORE = "pred_entropy"
+FITTED_TEMPERATURE = "fitted_temperature"  # the model attribute and record field of a fitted temperature
 
 
 class ReferenceFailed(Exception):
@@ -105,10 +109,18 @@ class Method:
                              help="per member, after every epoch, on the validation task loss: none (keep the "
                              "final weights), best (restore the best epoch), last_below_threshold (the last "
                              "epoch whose loss <= the method's threshold; final weights if none)")
+    temperature: str = choice("none", ("none", "fit"), implicit=True,
+                              help="post-hoc temperature scaling (Guo et al. 2017): none, or fit: after training, one "
+                              "temperature T fitted on the validation split by the NLL of the averaged softmax of "
+                              "the dropout-free logits / T; every prediction then divides its logits by T "
+                              "(recorded as fitted_temperature)")
 
     @classmethod
     def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
         """Checks across options, after each was validated on its own."""
+        if values.get("temperature") == "fit" and values.get("loss", "ce") != "ce":
+            raise ConfigError(f"{what}: temperature=fit scales logits, and loss={values['loss']} trains outputs "
+                              "that are no logits; use loss=ce")
         if values.get("checkpoint") == "last_below_threshold" and not cls.has_threshold:
             raise ConfigError(f"{what}: checkpoint=last_below_threshold needs a method with a threshold "
                               f"({cls.name} has none); use none or best")
@@ -120,6 +132,8 @@ class Method:
         Raise ConfigError with one line. Call super() when overriding."""
         if self.checkpoint != "none" and protocol.val_size == 0:
             raise ConfigError(f"{what}: checkpoint={self.checkpoint} needs a validation split; set val_size > 0")
+        if self.temperature == "fit" and protocol.val_size == 0:
+            raise ConfigError(f"{what}: temperature=fit needs a validation split; set val_size > 0")
 
     @property
     def n_networks(self) -> int:
@@ -182,8 +196,23 @@ class Method:
 
     @torch.no_grad()
     def logits(self, model: StackedMLP, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        """(M, N, K) logits of x (N, D), or of x (M, N, D), each member its own rows, in chunks of rows."""
-        return torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK, dim=-2)], dim=1)
+        """(M, N, K) logits of x (N, D), or of x (M, N, D), each member its own rows, in chunks of rows;
+        divided by the model's fitted temperature once ``post_fit`` has fitted one."""
+        out = torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK, dim=-2)], dim=1)
+        temperature = getattr(model, FITTED_TEMPERATURE, None)
+        return out if temperature is None else out / temperature
+
+    def post_fit(self, model: StackedMLP, x_val: torch.Tensor, y_val: torch.Tensor) -> dict[str, Any]:
+        """Post-hoc steps on the trained model, on the validation split, before any prediction;
+        returns the values to record. temperature=fit: the model keeps the fitted temperature
+        (an attribute, so it is fitted again, identically, when stored weights are scored again)."""
+        if self.temperature == "none":
+            return {}
+        if hasattr(model, FITTED_TEMPERATURE):
+            delattr(model, FITTED_TEMPERATURE)
+        temperature = fit_temperature(self.logits(model, x_val).cpu().numpy(), y_val.cpu().numpy())
+        setattr(model, FITTED_TEMPERATURE, temperature)
+        return {FITTED_TEMPERATURE: temperature}
 
     def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
         """Softmax of each member (no dropout): (members, N, K)."""

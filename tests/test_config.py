@@ -18,7 +18,7 @@ from bench.config import load_preset
     (["-o", "mc_dropout.dropout=1"], "dropout='1' is out of range; allowed: a number in [0, 1)"),
     (["-o", "mc_dropout.dropout=-0.1"], "dropout='-0.1' is out of range"),
     (["-o", "mc_dropout.passes=0"], "passes='0' is out of range"),
-    (["-o", "dare.bogus=1"], "method dare: unknown option 'bogus' (known options: checkpoint, members, loss, threshold, delta)"),
+    (["-o", "dare.bogus=1"], "method dare: unknown option 'bogus' (known options: checkpoint, temperature, members, loss, threshold, delta)"),
     (["-o", "dare.members=two"], "members='two' is not valid; allowed: an integer >= 1"),
     (["-o", "threshold"], "expected METHOD.NAME=VALUE"),
     (["--methods", "dare", "-o", "passes=3"], "no selected method has an option 'passes'"),

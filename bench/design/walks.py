@@ -61,7 +61,8 @@ class Selection:
     def breaks_at(self, config: RunConfig) -> bool:
         """Whether the early break applies at this candidate."""
         if isinstance(self.early_break, dict):
-            return all(same_value(config.method_options.get(k), v) for k, v in self.early_break.items())
+            method = config.make_method()
+            return all(same_value(getattr(method, k, None), v) for k, v in self.early_break.items())
         return bool(self.early_break)
 
     @property
@@ -170,7 +171,8 @@ class Walk:
         config = self.candidates[len(self.scores)]
         score = record.get(SCORE) if record.get("status") == "ok" else None
         ok = isinstance(score, (int, float)) and math.isfinite(score)
-        self.scores.append({"run_id": config.run_id, **{n: config.method_options[n] for n, _ in self.selection.grid},
+        method = config.make_method()  # every option, implicit ones at their default included
+        self.scores.append({"run_id": config.run_id, **{n: getattr(method, n) for n, _ in self.selection.grid},
                             "status": record.get("status"), SCORE: score if ok else None})
         # a tie goes to the later value and the walk goes on, as in the paper's code (score <= best)
         if ok and (self.best is None or score <= self.scores[self.best][SCORE]):

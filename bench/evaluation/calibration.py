@@ -47,3 +47,23 @@ def smooth_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
     kernel's bandwidth is chosen by the data."""
     import relplot  # 2 s to import (it pulls in matplotlib and scikit-learn): only when asked for
     return float(relplot.smECE(np.asarray(confidence, dtype=np.float64), np.asarray(correct, dtype=np.int64)))
+
+
+def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Temperature scaling (Guo et al. 2017): the T in [0.01, 100] minimising the NLL of the
+    mean over samples of softmax(logits / T); logits (samples, N, K), labels (N,). One T for all
+    samples, so an ensemble's predictive (what every metric reads) is what is calibrated. A bounded
+    scalar search on log T, in float64, to 1e-10."""
+    from scipy.optimize import minimize_scalar  # imported when a temperature is fitted
+    z = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(z.shape[1])
+
+    def nll(log_t: float) -> float:
+        scaled = z / np.exp(log_t)
+        scaled -= scaled.max(axis=-1, keepdims=True)
+        p = np.exp(scaled)
+        mean = (p / p.sum(axis=-1, keepdims=True)).mean(axis=0)
+        return float(-np.log(np.maximum(mean[rows, labels], 1e-300)).mean())
+
+    found = minimize_scalar(nll, bounds=(np.log(1e-2), np.log(1e2)), method="bounded", options={"xatol": 1e-10})
+    return float(np.exp(found.x))

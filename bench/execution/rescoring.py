@@ -219,7 +219,7 @@ def _rescore_run(context: Rescoring, run: StoredRun, now: str) -> tuple[list[str
     calls, and write its records (scored at ``now``). Returns the OOD sets scored and how its metrics differ from the
     stored ones ('' when they came back identical)."""
     _threads(run, context.threads)
-    p_val, (p_id, own_id), ood_pred = predict_splits(run.config, run.method, run.model, run.data, context.device)
+    p_val, (p_id, own_id), ood_pred, _ = predict_splits(run.config, run.method, run.model, run.data, context.device)
     earlier = str(run.source.get("scored_ood_sets") or "").split()
     for name in dict.fromkeys(earlier + context.ood):
         if name not in ood_pred and name != run.config.protocol.id_dataset:

@@ -121,7 +121,7 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
     """Predict on every split, check the predictions, compute the metrics: the run's finished record."""
     start = time.perf_counter()
     try:
-        p_val, (p_id, own_id), ood = predict_splits(config, method, result.model, data, device)
+        p_val, (p_id, own_id), ood, fitted = predict_splits(config, method, result.model, data, device)
     except InvalidPredictions as exc:  # non-finite numbers: divergence, a result; anything else: a broken contract
         if exc.nonfinite:
             record.update(status="diverged", diverged_epoch=max(result.epochs_run), diverged_reason=str(exc),
@@ -139,7 +139,7 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
         return _failed(record, "evaluating", exc)
     finite_val = [v for v in result.val_loss if np.isfinite(v)]
     sizes = [data.train.x.shape[1], *config.protocol.hidden, data.n_classes]
-    record.update(status="ok", **metrics, train_seconds=result.seconds,
+    record.update(status="ok", **metrics, **fitted, train_seconds=result.seconds,
                   # by the MLP layer-shape count of bench perf (execution info: efficiency = tflop / seconds / peak)
                   train_tflop=training_flops_per_sample(sizes) * len(data.train) * sum(result.epochs_run) / 1e12,
                   eval_seconds=time.perf_counter() - start,
@@ -155,11 +155,14 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
     return record, arrays
 
 
-def predict_splits(config: RunConfig, method, model, data: BenchData, device) -> tuple[np.ndarray, tuple, dict]:
+def predict_splits(config: RunConfig, method, model, data: BenchData,
+                   device) -> tuple[np.ndarray, tuple, dict, dict]:
     """A trained run's predictions, checked against the contract, in the one order that makes
     MC dropout's test-time masks reproducible (``bench evaluate`` repeats it from stored weights):
-    seed, validation split, test split, the protocol's OOD sets. Returns (validation probabilities,
-    (test probabilities, own scores), {OOD set: (probabilities, own scores)})."""
+    the method's post-hoc fit (``Method.post_fit``), seed, validation split, test split, the
+    protocol's OOD sets. Returns (validation probabilities, (test probabilities, own scores),
+    {OOD set: (probabilities, own scores)}, the post-hoc fit's values to record)."""
+    fitted = method.post_fit(model, data.val.x.to(device), data.val.y)
     torch.manual_seed(config.seed)  # MC dropout's test-time masks
     p_val = method.predict_proba(model, data.val.x.to(device))  # val: no OOD scores
     p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val
@@ -167,7 +170,7 @@ def predict_splits(config: RunConfig, method, model, data: BenchData, device) ->
     ood = {name: predict_split(method, model, split, data.n_classes, device, f"OOD set {name}")
            for name, split in data.ood.items()}
     check_probabilities(p_val, len(data.val), data.n_classes, "predict_proba on the validation split")
-    return p_val, test, ood
+    return p_val, test, ood, fitted
 
 
 def predict_split(method, model, split, n_classes: int, device, where: str) -> tuple[np.ndarray, dict]:
