@@ -142,7 +142,8 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
-        """Stable id from the full config (every default included)."""
+        """Stable id from the full config (every default included, but implicit options at their
+        default: ``bench.options.option(implicit=True)``)."""
         blob = json.dumps(self.to_dict(), sort_keys=True, default=list)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
@@ -169,7 +170,9 @@ class RunConfig:
         p = dataclasses.asdict(self.protocol)
         p["hidden"] = "-".join(map(str, self.protocol.hidden))
         p["ood_sets"] = " ".join(self.protocol.ood_sets)
-        return {"run_id": self.run_id, "method": self.method, "label": method.label, "variant": self.variant,
+        # "+ TS": a temperature-scaled row is never matched with a published row or taken as a reference
+        label = method.label + (" + TS" if self.method_options.get("temperature") == "fit" else "")
+        return {"run_id": self.run_id, "method": self.method, "label": label, "variant": self.variant,
                 "preset": self.preset, **self.method_options, **p, "ood_split": OOD_SPLIT,
                 "primary_score": method.primary_score, "seed": self.seed}
 

@@ -22,7 +22,8 @@ def option(default: Any, parse: Callable[[Any], Any], allowed: str,
     ``delta`` and absolute ``threshold``): a grid that sets this option on the command line drops a
     preset's value of the excluded ones, and giving both explicitly is an error.
     ``implicit``: at its default the option is left out of a run's config (its id, variant and
-    columns), so that an option added after runs were recorded keeps their ids (``implicit_defaults``).
+    columns), so that an option added after runs were recorded keeps their ids
+    (``without_implicit_defaults``).
     """
     return dataclasses.field(default=default, metadata={
         "parse": parse, "check": check, "allowed": allowed, "help": help, "excludes": excludes,

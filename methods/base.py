@@ -206,10 +206,10 @@ class Method:
         """Post-hoc steps on the trained model, on the validation split, before any prediction;
         returns the values to record. temperature=fit: the model keeps the fitted temperature
         (an attribute, so it is fitted again, identically, when stored weights are scored again)."""
+        if hasattr(model, FITTED_TEMPERATURE):  # a fit of an earlier call never carries over
+            delattr(model, FITTED_TEMPERATURE)
         if self.temperature == "none":
             return {}
-        if hasattr(model, FITTED_TEMPERATURE):
-            delattr(model, FITTED_TEMPERATURE)
         temperature = fit_temperature(self.logits(model, x_val).cpu().numpy(), y_val.cpu().numpy())
         setattr(model, FITTED_TEMPERATURE, temperature)
         return {FITTED_TEMPERATURE: temperature}

@@ -76,20 +76,24 @@ def test_post_fit_divides_every_prediction_by_the_fitted_temperature():
     torch.testing.assert_close(method.predict_proba(model, x), (raw / t).softmax(-1))
     assert method.post_fit(model, x, y)[FITTED_TEMPERATURE] == t  # fitted again from the raw logits: the same
     untouched = make_run_config("deep_ensemble", {"members": 2}, make_protocol({}), 0).make_method()
-    assert untouched.post_fit(model, x, y) == {}
+    assert untouched.post_fit(model, x, y) == {} and not hasattr(model, FITTED_TEMPERATURE)  # no T carried over
+    torch.testing.assert_close(untouched.logits(model, x), raw)
 
 
 def test_temperature_rows_end_to_end(tiny_data, tmp_path):
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", "--methods", "single_network",
-                 "mc_dropout", "-o", "temperature=none,fit", "-o", "passes=3", "--seeds", "0", "--epochs", "2",
+                 "deep_ensemble", "-o", "temperature=none,fit", "-o", "members=2", "--seeds", "0", "--epochs", "2",
                  "--val-size", "50", "--no-download", "--no-plots"]) == 0
-    runs = pd.read_csv(out / "runs.csv").set_index("variant")
-    fitted = runs[runs["temperature"] == "fit"]
-    assert len(fitted) == 2 and fitted[FITTED_TEMPERATURE].between(0.01, 100).all()
-    assert runs.loc[runs["temperature"] != "fit", FITTED_TEMPERATURE].isna().all()
-    summary = pd.read_csv(out / "summary.csv")
-    assert len(summary) == 4  # + TS is a row of its own
+    runs = pd.read_csv(out / "runs.csv")
+    fitted, plain = runs[runs["temperature"] == "fit"], runs[runs["temperature"] != "fit"]
+    assert len(fitted) == 2 and plain[FITTED_TEMPERATURE].isna().all()
+    assert sorted(fitted["label"]) == ["DE (NLL) + TS", "Single network + TS"]  # never matched as a plain row
+    for _, row in fitted.iterrows():  # the same training, scaled predictions: the NLL the fitted T gives
+        twin = plain[plain["method"] == row["method"]].iloc[0]
+        assert row["id_acc"] == twin["id_acc"] or row["method"] != "single_network"  # T keeps one net's argmax
+        assert row["id_nll_nats"] != twin["id_nll_nats"] and row[FITTED_TEMPERATURE] != 1.0
+    assert len(pd.read_csv(out / "summary.csv")) == 4  # + TS is a row of its own
 
 
 @pytest.mark.parametrize("args, problem", [
@@ -97,6 +101,8 @@ def test_temperature_rows_end_to_end(tiny_data, tmp_path):
      "method dare: temperature=fit scales logits, and loss=mse trains outputs that are no logits; use loss=ce"),
     (["--methods", "single_network", "-o", "temperature=fit", "--val-size", "0"],
      "method single_network: temperature=fit needs a validation split; set val_size > 0"),
+    (["--methods", "mc_dropout", "-o", "temperature=fit"],
+     "method mc_dropout: temperature=fit is not supported: its predictions are stochastic passes"),
     (["--methods", "single_network", "-o", "temperature=yes"],
      "method single_network: temperature='yes' is out of range; allowed: none or fit"),
 ])

@@ -52,7 +52,7 @@ def smooth_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
 def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     """Temperature scaling (Guo et al. 2017): the T in [0.01, 100] minimising the NLL of the
     mean over samples of softmax(logits / T); logits (samples, N, K), labels (N,). One T for all
-    samples, so an ensemble's predictive (what every metric reads) is what is calibrated. A bounded
+    samples: for an ensemble's members, its averaged predictive is what is calibrated. A bounded
     scalar search on log T, in float64, to 1e-10."""
     from scipy.optimize import minimize_scalar  # imported when a temperature is fitted
     z = np.asarray(logits, dtype=np.float64)
