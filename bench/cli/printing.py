@@ -2,6 +2,7 @@
 run's runs and a grid's failed runs."""
 from __future__ import annotations
 
+import collections
 import sys
 
 from bench import api
@@ -58,9 +59,7 @@ def others_line(done: api.Executed) -> str | None:
     """What other workers on the same folder trained while this command ran, in one line."""
     if not done.by_others:
         return None
-    workers: dict[str, int] = {}
-    for worker in done.by_others.values():
-        workers[worker] = workers.get(worker, 0) + 1
+    workers = collections.Counter(done.by_others.values())
     return (f"{plural(len(done.by_others), 'run')} of this grid trained meanwhile by other workers on "
             "the same folder: " + ", ".join(f"{w} ({n})" for w, n in workers.items()))
 

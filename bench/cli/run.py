@@ -50,8 +50,8 @@ def run_plan(plan: api.Plan, args: argparse.Namespace, then: Callable[[api.Execu
         warn(problem)
     api.report_grid(plan, done, plots=not args.no_plots if plots is None else plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")
-    if others_line(done):
-        print(others_line(done))
+    if others := others_line(done):
+        print(others)
     if done.efficiency:
         e = done.efficiency
         print(f"{e['train_tflop']:.3g} TFLOP in {duration(e['wall_seconds'])} = {e['fraction_of_peak']:.0%} of the "

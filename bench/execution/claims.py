@@ -76,9 +76,6 @@ class Claim:
             return f"its process {self.pid} has ended"
         return f"no heartbeat for {_ago(self.heartbeat_age)} (claim timeout {timeout:g} s)"
 
-    def describe(self) -> str:
-        return f"{self.worker}, heartbeat {_ago(self.heartbeat_age)} ago"
-
 
 @functools.cache
 def machine_id() -> str:
@@ -89,6 +86,16 @@ def machine_id() -> str:
         return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
     except OSError:
         return ""
+
+
+def _opened_stat(path: Path) -> tuple[os.stat_result, bytes] | None:
+    """(stat, bytes) of a file, opened before its mtime is read so that an NFS client revalidates
+    it; None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()), f.read()
+    except FileNotFoundError:
+        return None
 
 
 def _ago(seconds: float) -> str:
@@ -112,12 +119,10 @@ class Claims:
 
     def read(self, run_id: str) -> Claim | None:
         """The run's claim, or None when nobody holds it."""
-        try:
-            with open(self.path(run_id), "rb") as f:  # opened first: an NFS client revalidates it
-                stat = os.fstat(f.fileno())
-                text = f.read()
-        except FileNotFoundError:
+        opened = _opened_stat(self.path(run_id))
+        if opened is None:
             return None
+        stat, text = opened
         try:
             body = json.loads(text)
         except json.JSONDecodeError:  # created, not yet written (or its writer died in between)
@@ -126,13 +131,20 @@ class Claims:
                      max(0.0, time.time() - stat.st_mtime), float(body.get("interval", 0.0)), body.get("host", ""),
                      int(body.get("pid", 0)), body.get("machine", ""), stat.st_mtime_ns)
 
-    def held_by_others(self, run_ids: list[str]) -> dict[str, Claim]:
-        """The live claims (heartbeat within the timeout) among ``run_ids`` that this worker does not hold."""
+    def held_by_others(self, run_ids: list[str], take_over_stale: bool = False) -> dict[str, Claim]:
+        """The live claims (heartbeat within the timeout) among ``run_ids`` that this worker does not
+        hold. ``take_over_stale``: take over and release at once the stale ones (one line each), so that
+        any worker may claim them afresh: a command judges staleness on its own machine, since its
+        tasks may run on others, where a dead local process cannot be seen."""
         out = {}
         for run_id in run_ids:
             claim = self.read(run_id)
-            if claim is not None and claim.token != self.token and not claim.stale(self.timeout):
+            if claim is None or claim.token == self.token:
+                continue
+            if not claim.stale(self.timeout):
                 out[run_id] = claim
+            elif take_over_stale and self.acquire(run_id):
+                self.release(run_id)
         return out
 
     def acquire(self, run_id: str) -> bool:
@@ -176,20 +188,8 @@ class Claims:
         return True
 
     def _expired(self, marker: Path) -> bool:
-        try:
-            with open(marker, "rb") as f:
-                return time.time() - os.fstat(f.fileno()).st_mtime > self.timeout
-        except FileNotFoundError:  # removed with a finished run's claim: nothing left to take
-            return False
-
-    def take_over_stale(self, run_ids: list[str]) -> None:
-        """Take over and release at once the stale claims among ``run_ids`` (one line each), so that
-        any worker may claim them afresh. A command judges staleness here, on its own machine (its
-        tasks may run on others, where a dead local process cannot be seen)."""
-        for run_id in run_ids:
-            claim = self.read(run_id)
-            if claim is not None and claim.token != self.token and claim.stale(self.timeout) and self.acquire(run_id):
-                self.release(run_id)
+        opened = _opened_stat(marker)  # None: removed with a finished run's claim, nothing left to take
+        return opened is not None and time.time() - opened[0].st_mtime > self.timeout
 
     def _hold(self, run_id: str) -> None:
         with self._lock:
@@ -253,14 +253,9 @@ class Claims:
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
-    """A record file as it is now: (inode, mtime in ns); every atomic write makes a new one. Opened
-    first, so that an NFS client revalidates it."""
-    try:
-        with open(path, "rb") as f:
-            stat = os.fstat(f.fileno())
-    except FileNotFoundError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
+    """A record file as it is now: (inode, mtime in ns); every atomic write makes a new one."""
+    opened = _opened_stat(path)
+    return None if opened is None else (opened[0].st_ino, opened[0].st_mtime_ns)
 
 
 @dataclasses.dataclass(frozen=True)

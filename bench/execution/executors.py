@@ -6,6 +6,7 @@ asked for it dies, and commands started on several machines against one folder s
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -328,8 +329,7 @@ class _Runner:
             self.wanted.update(c.run_id for c in todo)
             if not todo:
                 break
-            self.claims.take_over_stale([c.run_id for c in todo])
-            held = self.claims.held_by_others([c.run_id for c in todo])
+            held = self.claims.held_by_others([c.run_id for c in todo], take_over_stale=True)
             free = [c for c in todo if c.run_id not in held]
             if free and self._train(free):
                 continue
@@ -356,12 +356,10 @@ class _Runner:
         return trained
 
     def _say_waiting(self, held: dict[str, Claim]) -> None:
-        workers: dict[str, list[Claim]] = {}
-        for claim in held.values():
-            workers.setdefault(claim.worker, []).append(claim)
-        who = "; ".join(f"{worker} holds {len(claims)} (heartbeat {min(c.heartbeat_age for c in claims):.0f} s ago)"
-                        for worker, claims in workers.items())
-        self.bar.set_postfix_str(f"waiting for {len(held)} claimed by " + ", ".join(workers))
+        count = collections.Counter(claim.worker for claim in held.values())
+        latest = {worker: min(c.heartbeat_age for c in held.values() if c.worker == worker) for worker in count}
+        who = "; ".join(f"{worker} holds {n} (heartbeat {latest[worker]:.0f} s ago)" for worker, n in count.items())
+        self.bar.set_postfix_str(f"waiting for {len(held)} claimed by " + ", ".join(count))
         if self.progress:
             self.log(f"waiting for {len(held)} run{'' if len(held) == 1 else 's'} claimed by other workers: {who}")
 
