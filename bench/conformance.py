@@ -88,6 +88,9 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
     result = train(method, protocol, train_split, N_CLASSES, seed=0, progress=False, val=val)
     assert len(result.epochs_run) == method.n_networks, f"{name}: epochs_run has one entry per network"
     test = toy_split(20, N_FEATURES, N_CLASSES, seed=2)
+    fitted = method.post_fit(result.model, val.x, val.y,  # as the harness does, before any prediction
+                             train=(train_split.x, train_split.y) if method.post_fit_uses_train else None)
+    assert isinstance(fitted, dict), f"{name}: post_fit returned {type(fitted).__name__}, not a dict"
     proba, own = method.predict(result.model, test.x)
     try:  # the same contract every run's predictions are checked against before any metric
         check_probabilities(proba, 20, N_CLASSES, "predict")

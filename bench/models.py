@@ -92,28 +92,50 @@ class StackedMLP(nn.Module):
             model.reset_member(i, member_generator(seed, m, "init"), init)
         return model
 
-    @classmethod
-    def stack(cls, models: list["StackedMLP"]) -> "StackedMLP":
+    @staticmethod
+    def stack(models: list["StackedMLP"]) -> "StackedMLP":
         """One stacked model from several (e.g. members trained one after another)."""
-        first = models[0]
-        sizes = [w.shape[1] for w in first.weights] + [first.weights[-1].shape[2]]
-        out = cls(sum(m.members for m in models), sizes[0], tuple(sizes[1:-1]), sizes[-1], first.dropout,
-                  first.per_network_kernels)
+        out = models[0].shaped_like(sum(m.members for m in models))
         with torch.no_grad():
             for target, *sources in zip(out.parameters(), *(m.parameters() for m in models)):
                 target.copy_(torch.cat(sources))
-        return out.to(first.weights[0].device)
+        return out
 
     def select(self, members: list[int]) -> "StackedMLP":
         """A stacked model of copies of the given members (a run's part of a pack)."""
-        sizes = [w.shape[1] for w in self.weights] + [self.weights[-1].shape[2]]
-        device = self.weights[0].device
-        out = StackedMLP(len(members), sizes[0], tuple(sizes[1:-1]), sizes[-1], self.dropout,
-                         self.per_network_kernels).to(device)
-        index = torch.tensor(members, device=device)
+        out = self.shaped_like(len(members))
+        index = torch.tensor(members, device=self.weights[0].device)
         with torch.no_grad():
             for target, source in zip(out.parameters(), self.parameters()):
                 target.copy_(source.index_select(0, index))  # on the device: no round trip through the host
+        return out
+
+    @property
+    def sizes(self) -> list[int]:
+        """The layer widths: in_features, *hidden, out_features."""
+        return [w.shape[1] for w in self.weights] + [self.weights[-1].shape[2]]
+
+    def shaped_like(self, members: int) -> "StackedMLP":
+        """An uninitialised stacked model of this one's shape and kernels, with ``members`` members."""
+        sizes = self.sizes
+        return StackedMLP(members, sizes[0], tuple(sizes[1:-1]), sizes[-1], self.dropout,
+                          self.per_network_kernels).to(self.weights[0].device)
+
+    @torch.no_grad()
+    def flat(self) -> torch.Tensor:
+        """Each member's parameters as one vector: (members, P), parameters in ``parameters()`` order."""
+        return torch.cat([p.reshape(self.members, -1) for p in self.parameters()], dim=1)
+
+    @torch.no_grad()
+    def with_flat(self, vectors: torch.Tensor) -> "StackedMLP":
+        """A stacked model of this shape with one member per row of ``vectors`` (the layout of ``flat``):
+        how weights collected along training (snapshots, SWAG samples) are run."""
+        out = self.shaped_like(len(vectors)).to(vectors.device)
+        offset = 0
+        for p in out.parameters():
+            size = p[0].numel()
+            p.copy_(vectors[:, offset:offset + size].reshape(p.shape))
+            offset += size
         return out
 
     @torch.no_grad()

@@ -25,16 +25,20 @@ from methods.anchor_net import AnchorNet
 from methods.batch_ensemble import BatchEnsemble
 from methods.dare import DARE
 from methods.deep_ensemble import DeepEnsemble
+from methods.laplace import LaplaceEnsemble
 from methods.mc_dropout import MCDropout
+from methods.mimo import MIMO
 from methods.mod import MOD
 from methods.negcorr import NegCorr
 from methods.packed_ensemble import PackedEnsemble
 from methods.rde import RDE
 from methods.single_network import SingleNetwork
+from methods.snapshot_ensemble import SnapshotEnsemble
+from methods.swag import SWAG
 
 ENTRY_POINT_GROUP = "dare_bench.methods"
 _BUILTIN: tuple[type[Method], ...] = (DeepEnsemble, DARE, MCDropout, SingleNetwork, AnchorNet, MOD, NegCorr, RDE,
-                                      BatchEnsemble, PackedEnsemble)
+                                      BatchEnsemble, PackedEnsemble, MIMO, SWAG, LaplaceEnsemble, SnapshotEnsemble)
 REGISTRY: dict[str, type[Method]] = {}
 SOURCES: dict[str, str] = {}  # name -> where it came from
 _plugin_files: dict[Path, list[str]] = {}  # resolved plugin path -> the names it registered

@@ -15,8 +15,17 @@ they are validated and listed). The shared training loop asks it for:
   joint runs, computed run by run on ``batch.run_parts``). The task loss
   on the validation split also drives checkpointing (the ``checkpoint`` option every method has:
   none, best, or last_below_threshold for methods with a threshold);
+* ``training_batch``: the inputs and targets the model trains on, made from the loop's batch (MIMO
+  gives each head its own shuffle of it);
+* ``lr_factor`` and ``after_step``: the learning rate along the schedule (a multiple of the
+  protocol's) and what is collected from the weights after each optimiser step (snapshot ensembles'
+  cyclic rate and snapshots, SWAG's moments). ``fixed_schedule = True``: the method trains the
+  whole schedule (the protocol's early stop does not apply) and takes no checkpoint rule;
 * ``post_fit``: post-hoc steps after training, on the validation split (the ``temperature`` option
-  every method has: none, or fit one temperature that every prediction's logits are divided by);
+  every method has: none, or fit one temperature that every prediction's logits are divided by),
+  and on the training split for a method that says ``post_fit_uses_train = True`` (Laplace);
+* ``predictive_model``: the module whose members' logits are the predictions (default: the trained
+  model; a method may return one built from what it collected, e.g. SWAG's weight samples);
 * ``predict``: test-time probabilities, shape (samples, N, classes), plus the method's own
   per-sample OOD scores, if any (``own_scores``). Samples are ensemble members or stochastic
   passes; every evaluator works from these arrays.
@@ -82,6 +91,12 @@ def scaled_mse_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 TASK_LOSSES = {"ce": cross_entropy_loss, "mse": scaled_mse_loss}
 
 
+@torch.no_grad()
+def forward_in_chunks(model: torch.nn.Module, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+    """A module's (M, N, K) outputs for x (N, D) or (M, N, D), in chunks of rows (bounded memory)."""
+    return torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK, dim=-2)], dim=1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
     name: ClassVar[str] = ""
@@ -99,6 +114,8 @@ class Method:
     # becomes a per-network tensor, so the method must work with the option as a number or such a tensor.
     packable: ClassVar[bool] = False
     pack_options: ClassVar[tuple[str, ...]] = ()
+    fixed_schedule: ClassVar[bool] = False  # collects its ensemble along the schedule: no early stop, no checkpoint
+    post_fit_uses_train: ClassVar[bool] = False  # post_fit is handed the training split too
 
     @classmethod
     def packs_runs(cls) -> bool:
@@ -121,6 +138,9 @@ class Method:
         if values.get("temperature") == "fit" and values.get("loss", "ce") != "ce":
             raise ConfigError(f"{what}: temperature=fit scales logits, and loss={values['loss']} trains outputs "
                               "that are no logits; use loss=ce")
+        if cls.fixed_schedule and values.get("checkpoint", "none") != "none":
+            raise ConfigError(f"{what}: checkpoint={values['checkpoint']} would restore one epoch's weights, but "
+                              f"{cls.name} collects its ensemble along the whole schedule; use none")
         if values.get("checkpoint") == "last_below_threshold" and not cls.has_threshold:
             raise ConfigError(f"{what}: checkpoint=last_below_threshold needs a method with a threshold "
                               f"({cls.name} has none); use none or best")
@@ -186,6 +206,21 @@ class Method:
         """The validation-loss bound of checkpoint=last_below_threshold."""
         return None
 
+    def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inputs and targets of one training step, from the loop's batch: x (M, B, D) and y (M, B),
+        or for a joint run x (B, D) shared and y (M, B). Default: as they are."""
+        return x, y
+
+    def lr_factor(self, step: int, total_steps: int) -> float:
+        """The protocol's learning rate is multiplied by this for optimiser step ``step`` (0-based) of
+        ``total_steps`` (epochs x steps per epoch). Default: 1, a constant rate."""
+        return 1.0
+
+    def after_step(self, model: StackedMLP, state: Any, step: int, total_steps: int) -> None:
+        """Called without gradients after optimiser step ``step`` (0-based) of ``total_steps``: where
+        a method collects weights along its trajectory (into the model's buffers, so that they are
+        saved with its weights). Default: nothing."""
+
     def task_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Per-member task loss, (M, B, K), (M, B) -> (M,). Default: cross-entropy."""
         return cross_entropy_loss(logits, targets)
@@ -194,18 +229,26 @@ class Method:
         """Per-member term added to the (weighted) task loss, shape (M,), or None."""
         return None
 
+    def predictive_model(self, model: StackedMLP) -> torch.nn.Module:
+        """The module whose members' logits are the predictions (``logits``). Default: the trained
+        model itself. The per-epoch validation loss always reads the trained model."""
+        return model
+
     @torch.no_grad()
     def logits(self, model: StackedMLP, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        """(M, N, K) logits of x (N, D), or of x (M, N, D), each member its own rows, in chunks of rows;
-        divided by the model's fitted temperature once ``post_fit`` has fitted one."""
-        out = torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK, dim=-2)], dim=1)
+        """(S, N, K) logits of the predictive model's members for x (N, D), or x (M, N, D), each
+        member its own rows; divided by the trained model's fitted temperature once ``post_fit``
+        has fitted one."""
+        out = forward_in_chunks(self.predictive_model(model), x, dropout)
         temperature = getattr(model, FITTED_TEMPERATURE, None)
         return out if temperature is None else out / temperature
 
-    def post_fit(self, model: StackedMLP, x_val: torch.Tensor, y_val: torch.Tensor) -> dict[str, Any]:
-        """Post-hoc steps on the trained model, on the validation split, before any prediction;
-        returns the values to record. temperature=fit: the model keeps the fitted temperature
-        (an attribute, so it is fitted again, identically, when stored weights are scored again)."""
+    def post_fit(self, model: StackedMLP, x_val: torch.Tensor, y_val: torch.Tensor,
+                 train: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any]:
+        """Post-hoc steps on the trained model, on the validation split (and on the training split
+        ``train``, (x, y), when ``post_fit_uses_train``), before any prediction; returns the values
+        to record. temperature=fit: the model keeps the fitted temperature (an attribute, so it is
+        fitted again, identically, when stored weights are scored again)."""
         if hasattr(model, FITTED_TEMPERATURE):  # a fit of an earlier call never carries over
             delattr(model, FITTED_TEMPERATURE)
         if self.temperature == "none":

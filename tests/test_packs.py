@@ -49,6 +49,7 @@ def assert_same(a, b):
               ({"members": 3, "threshold": 0.05, "checkpoint": "last_below_threshold"}, 1)]),
     ("anchor_net", [({"members": 2, "sigma": 0.1, "lam": 10.0}, 0), ({"members": 2, "sigma": 1.0, "lam": 0.1}, 1)]),
     ("single_network", [({}, 0), ({}, 1), ({}, 2)]),
+    ("laplace", [({"members": 2}, 0), ({"members": 3}, 1)]),
 ])
 def test_a_pack_trains_each_run_as_it_trains_alone(name, runs):
     cls = REGISTRY[name]

@@ -126,9 +126,11 @@ def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, de
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: this run is not scored, say why
         raise BenchError(f"its weights {path} cannot be loaded ({type(exc).__name__})") from None
-    # the training split is not needed to predict: do not hold one copy per run (the loader's cache keeps a few)
+    # the training split is not needed to predict unless the post-hoc fit uses it (Laplace): do not
+    # hold one copy per run otherwise (the loader's cache keeps a few)
     run.config, run.method, run.model = config, method, model.to(device)
-    run.data = dataclasses.replace(data, train=dataclasses.replace(data.train, x=data.train.x[:0], y=data.train.y[:0]))
+    run.data = data if method.post_fit_uses_train else dataclasses.replace(
+        data, train=dataclasses.replace(data.train, x=data.train.x[:0], y=data.train.y[:0]))
     run.threads = run.source.get("threads")
 
 

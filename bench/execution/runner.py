@@ -162,7 +162,8 @@ def predict_splits(config: RunConfig, method, model, data: BenchData,
     the method's post-hoc fit (``Method.post_fit``), seed, validation split, test split, the
     protocol's OOD sets. Returns (validation probabilities, (test probabilities, own scores),
     {OOD set: (probabilities, own scores)}, the post-hoc fit's values to record)."""
-    fitted = method.post_fit(model, data.val.x.to(device), data.val.y)
+    train = (data.train.x.to(device), data.train.y) if method.post_fit_uses_train else None
+    fitted = method.post_fit(model, data.val.x.to(device), data.val.y, train=train)
     torch.manual_seed(config.seed)  # MC dropout's test-time masks
     p_val = method.predict_proba(model, data.val.x.to(device))  # val: no OOD scores
     p_val = p_val.cpu().numpy() if isinstance(p_val, torch.Tensor) else p_val

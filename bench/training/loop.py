@@ -26,7 +26,7 @@ from bench.models import StackedMLP
 from bench.seeding import member_generator
 from bench.training.members import Members, member_abs_mean
 from bench.training.sources import PackData
-from methods.base import Batch, Method
+from methods.base import Batch, Method, forward_in_chunks
 
 POSTFIX_EVERY = 20  # steps between progress-bar updates (each costs a host sync)
 
@@ -133,9 +133,10 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
 @torch.no_grad()
 def validation_loss(method: Method, model: StackedMLP, val: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Each member's task loss on the validation split (no dropout, no penalty): shape (M,). ``val``:
-    x (N, D) and y (N,) shared by the members, or x (M, N, D) and y (M, N), each member its own."""
+    x (N, D) and y (N,) shared by the members, or x (M, N, D) and y (M, N), each member its own.
+    The trained model's own members are scored, not the method's predictive model."""
     x, y = val
-    logits = method.logits(model, x)
+    logits = forward_in_chunks(model, x)
     return method.task_loss(logits, y.expand(logits.shape[0], -1) if y.dim() == 1 else y)
 
 
@@ -155,6 +156,7 @@ class _Loop:
     device: torch.device
     label: str
     progress: bool
+    scheduled: bool = False          # the method sets the learning rate along the schedule (lr_factor)
 
 
 def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features: int, n_classes: int,
@@ -189,7 +191,8 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
     members = Members(params, model.members, protocol.epochs, packed.joint, device, run_of)
     run_members = torch.tensor([len(run.member_ids) for run in runs], device=device)
     loop = _Loop(packed, protocol, model, state, optimizer, members, data, order_gens, run_members,
-                 [m for run in runs for m in run.member_ids], device, label, progress)
+                 [m for run in runs for m in run.member_ids], device, label, progress,
+                 scheduled=type(packed).lr_factor is not Method.lr_factor)
     history: list[dict] = []
     for epoch in range(1, protocol.epochs + 1):
         epoch_loss, epoch_acc = _train_epoch(loop, epoch)
@@ -232,10 +235,12 @@ def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
     started = time.perf_counter()
     for step in bar:
         idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
-        logits, task, yb = _step(loop, idx)
+        logits, task, yb = _step(loop, idx, (epoch - 1) * steps + step, protocol.epochs * steps)
         with torch.no_grad():
             loss_sum += task.detach() * idx.shape[1]
-            correct += (logits.argmax(-1) == yb).sum(dim=1)
+            hits = (logits.argmax(-1) == yb).sum(dim=1)
+            # a method may train on more rows than the batch (MIMO's batch repetition): counted per batch row
+            correct += hits if yb.shape[1] == idx.shape[1] else hits * (idx.shape[1] / yb.shape[1])
         if not bar.disable and (step % POSTFIX_EVERY == 0 or step == steps - 1):
             seen = min((step + 1) * protocol.batch_size, n)
             active, training = members.active, int(members.active.sum())
@@ -248,8 +253,9 @@ def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
     return loss_sum / n, correct / n
 
 
-def _step(loop: _Loop, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One optimiser step on the batch ``idx`` (M or 1, B); returns the logits, task loss and targets."""
+def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Optimiser step ``step`` of ``total_steps`` on the batch ``idx`` (M or 1, B); returns the logits,
+    task loss and targets."""
     method, model, members = loop.method, loop.model, loop.members
     runs = len(loop.run_members)
     # (M, B, D), (M, B): each member its own batch. Joint methods: each run's members see the run's
@@ -259,6 +265,10 @@ def _step(loop: _Loop, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     xb, yb = loop.data.train.gather(idx)
     if method.joint and runs == 1:
         xb, yb = xb[0], yb.expand(members.count, -1)
+    xb, yb = method.training_batch(xb, yb, loop.state)
+    if loop.scheduled:
+        for group in loop.optimizer.param_groups:
+            group["lr"] = loop.protocol.lr * method.lr_factor(step, total_steps)
     logits = model(xb, dropout=True)
     task = method.task_loss(logits, yb)
     penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs if method.joint else 1))
@@ -269,6 +279,8 @@ def _step(loop: _Loop, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     (loss * members.active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
     loop.optimizer.step()
     members.hold_stopped()
+    with torch.no_grad():
+        method.after_step(model, loop.state, step, total_steps)
     return logits, task, yb
 
 
@@ -290,6 +302,6 @@ def _end_epoch(loop: _Loop, epoch: int, epoch_loss: torch.Tensor, epoch_acc: tor
                             "train_acc": float(epoch_acc[i]),
                             "val_loss": float(val_loss[i]) if val_loss is not None else float("nan"),
                             "param_abs_mean": abs_mean[i]})
-    if early_stop_acc is not None:
+    if early_stop_acc is not None and not method.fixed_schedule:
         members.stop(members.active & (members.per_unit(epoch_acc) >= early_stop_acc), epoch)
     return not members.all_stopped

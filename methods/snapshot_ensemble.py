@@ -1,0 +1,83 @@
+"""Snapshot ensembles (Huang et al., ICLR 2017): one network, one training run. The learning rate
+follows M cosine cycles, each from the protocol's rate down to 0:
+
+    lr(t) = lr / 2 * (cos(pi * (t mod L) / L) + 1),   L = ceil(T / M),  t = 0 .. T-1 optimiser steps,
+
+and the weights at the end of each cycle are a member. The cheapest ensemble: the cost of one
+network. The paper restarts SGD; here the protocol's optimiser (Adam) restarts its rate, as
+torch-uncertainty's CheckpointCollector does with any optimiser. The whole schedule is trained (the
+protocol's early stop does not apply): a cycle cut short is no snapshot.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from bench.models import StackedMLP
+from bench.options import option
+from methods.base import Method
+from methods.deep_ensemble import MEMBERS_OPTION
+
+
+class SnapshotNet(nn.Module):
+    """One trained network (``net``) and the snapshots taken of it (buffers, saved with its weights)."""
+
+    def __init__(self, net: StackedMLP, snapshots: int):
+        super().__init__()
+        self.net = net
+        self.members = net.members
+        self.register_buffer("snapshots", torch.zeros(snapshots, net.flat().shape[1],
+                                                      device=net.weights[0].device))
+        self.register_buffer("taken", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+        return self.net(x, dropout)
+
+    @torch.no_grad()
+    def take(self) -> None:
+        self.snapshots[int(self.taken)] = self.net.flat()[0]
+        self.taken += 1
+
+    def ensemble(self) -> StackedMLP:
+        """The snapshots as a stacked model, one member each (the network itself before any snapshot)."""
+        taken = int(self.taken)
+        return self.net.with_flat(self.snapshots[:taken]) if taken else self.net
+
+
+def cycle_length(members: int, total_steps: int) -> int:
+    return math.ceil(total_steps / members)
+
+
+@dataclasses.dataclass(frozen=True)
+class SnapshotEnsemble(Method):
+    name = "snapshot_ensemble"
+    summary = "one network, a cyclic cosine learning rate; a member at the end of each cycle (Huang et al. 2017)"
+    fixed_schedule = True
+
+    members: int = option(3, **{**MEMBERS_OPTION, "help": "number of cycles: one snapshot (member) at the end "
+                                "of each"})
+
+    @property
+    def label(self) -> str:
+        return "Snapshot ensemble"
+
+    @property
+    def n_networks(self) -> int:
+        return 1  # one network trains; its snapshots are the members
+
+    def build_model(self, seed, member_ids, in_features, hidden, n_classes, init) -> SnapshotNet:
+        return SnapshotNet(super().build_model(seed, member_ids, in_features, hidden, n_classes, init), self.members)
+
+    def lr_factor(self, step: int, total_steps: int) -> float:
+        length = cycle_length(self.members, total_steps)
+        return 0.5 * (math.cos(math.pi * (step % length) / length) + 1.0)
+
+    def after_step(self, model: SnapshotNet, state, step: int, total_steps: int) -> None:
+        if (step + 1) % cycle_length(self.members, total_steps) == 0 or step + 1 == total_steps:
+            model.take()
+
+    def predictive_model(self, model: SnapshotNet) -> nn.Module:
+        return model.ensemble()
