@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """The default benchmark: every registered method (deep ensemble, DARE, MC dropout, a single
-network, the DARE paper's baselines, BatchEnsemble, Packed-Ensembles) on the seed protocol (MNIST
+network, the DARE paper's baselines, BatchEnsemble, Packed-Ensembles, MIMO, MultiSWAG, the Laplace
+ensemble, snapshot ensembles) on the seed protocol (MNIST
 vs FashionMNIST test), seeds 0-4, everything written to results/seed/. Runs already recorded there
 are reused (a fresh clone re-renders the committed results in seconds); --force retrains.
 

@@ -89,8 +89,12 @@ def glm_predictive(posterior, features: torch.Tensor, logits: torch.Tensor, link
     if link == "probit":
         kappa = 1.0 / torch.sqrt(1.0 + math.pi / 8 * variance.diagonal(dim1=1, dim2=2))
         return torch.softmax(kappa * logits, dim=-1)
+    # a square root by eigendecomposition, not Cholesky: the softmax GGN has a null direction (all
+    # logits shifted alike), so at a small prior precision the covariance is near-singular there
+    values, vectors = torch.linalg.eigh(variance)
+    root = vectors * values.clamp(min=0).sqrt().unsqueeze(1)
     noise = torch.randn(samples, *logits.shape, generator=generator).to(logits.device)
-    draws = logits + (torch.linalg.cholesky(variance) @ noise.unsqueeze(-1)).squeeze(-1)
+    draws = logits + (root @ noise.unsqueeze(-1)).squeeze(-1)
     return draws.softmax(dim=-1).mean(dim=0)
 
 
@@ -144,7 +148,8 @@ class LaplaceEnsemble(Method):
                 posterior.prior_precision = precision
                 p = glm_predictive(posterior, features, logits, self.link, self.mc_samples,
                                    torch.Generator().manual_seed(m))  # link=mc: the same draws for every point
-                nll.append(float(-p[torch.arange(len(y_val)), y_val.to(p.device)].log().mean()))
+                value = float(-p[torch.arange(len(y_val)), y_val.to(p.device)].log().mean())
+                nll.append(value if math.isfinite(value) else math.inf)  # as laplace-torch scores a failed point
             posterior.prior_precision = grid[int(np.argmin(nll))]
             fitted.append((network, posterior))
         setattr(model, POSTERIORS, fitted)

@@ -1,12 +1,13 @@
-"""Snapshot ensembles (Huang et al., ICLR 2017): one network, one training run. The learning rate
-follows M cosine cycles, each from the protocol's rate down to 0:
+"""Snapshot ensembles (Huang et al., ICLR 2017): one network, one training run. The T optimiser
+steps are cut into M cycles, cycle c from step floor(c T / M) to floor((c + 1) T / M) (L steps), and
+the learning rate follows a cosine from the protocol's rate down to 0 in each:
 
-    lr(t) = lr / 2 * (cos(pi * (t mod L) / L) + 1),   L = ceil(T / M),  t = 0 .. T-1 optimiser steps,
+    lr(t) = lr / 2 * (cos(pi * (t - start of its cycle) / L) + 1),
 
-and the weights at the end of each cycle are a member. The cheapest ensemble: the cost of one
-network. The paper restarts SGD; here the protocol's optimiser (Adam) restarts its rate, as
-torch-uncertainty's CheckpointCollector does with any optimiser. The whole schedule is trained (the
-protocol's early stop does not apply): a cycle cut short is no snapshot.
+the paper's ceil(T / M)-step cycles when M divides T. The weights at the end of each cycle are a
+member. The cheapest ensemble: the cost of one network. The paper restarts SGD; here the protocol's
+optimiser (Adam) restarts its rate, as torch-uncertainty's CheckpointCollector does with any
+optimiser. The whole schedule is trained (the protocol's early stop does not apply).
 """
 from __future__ import annotations
 
@@ -47,8 +48,18 @@ class SnapshotNet(nn.Module):
         return self.net.with_flat(self.snapshots[:taken]) if taken else self.net
 
 
-def cycle_length(members: int, total_steps: int) -> int:
-    return math.ceil(total_steps / members)
+def cycle_of(step: int, members: int, total_steps: int) -> tuple[int, int]:
+    """The (first step, length) of the cycle that optimiser step ``step`` (0-based) belongs to."""
+    if total_steps < members:
+        raise ValueError(f"snapshot_ensemble: {members} cycles need at least as many optimiser steps; "
+                         f"the schedule has {total_steps}")
+    cycle = step * members // total_steps  # a first guess, then the cycle whose bounds hold the step
+    while (cycle + 1) * total_steps // members <= step:
+        cycle += 1
+    while cycle * total_steps // members > step:
+        cycle -= 1
+    start, end = cycle * total_steps // members, (cycle + 1) * total_steps // members
+    return start, end - start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +83,12 @@ class SnapshotEnsemble(Method):
         return SnapshotNet(super().build_model(seed, member_ids, in_features, hidden, n_classes, init), self.members)
 
     def lr_factor(self, step: int, total_steps: int) -> float:
-        length = cycle_length(self.members, total_steps)
-        return 0.5 * (math.cos(math.pi * (step % length) / length) + 1.0)
+        start, length = cycle_of(step, self.members, total_steps)
+        return 0.5 * (math.cos(math.pi * (step - start) / length) + 1.0)
 
     def after_step(self, model: SnapshotNet, state, step: int, total_steps: int) -> None:
-        if (step + 1) % cycle_length(self.members, total_steps) == 0 or step + 1 == total_steps:
+        start, length = cycle_of(step, self.members, total_steps)
+        if step == start + length - 1:  # the cycle's last step
             model.take()
 
     def predictive_model(self, model: SnapshotNet) -> nn.Module:

@@ -37,9 +37,9 @@ from methods.deep_ensemble import MEMBERS_OPTION
 class SWAGNet(nn.Module):
     """The trained members (``net``) and their SWAG moments (buffers, saved with the weights)."""
 
-    def __init__(self, net: StackedMLP, rank: int, seed: int):
+    def __init__(self, net: StackedMLP, rank: int, seed: int, member_ids: list[int]):
         super().__init__()
-        self.net, self.members, self.seed = net, net.members, seed
+        self.net, self.members, self.seed, self.member_ids = net, net.members, seed, member_ids
         shape = net.flat().shape
         device = net.weights[0].device
         self.register_buffer("mean", torch.zeros(shape, device=device))
@@ -67,8 +67,8 @@ class SWAGNet(nn.Module):
         if kept == 0:
             raise RuntimeError("SWAG collected no moments")
         draws = []
-        for m in range(self.members):
-            generator = member_generator(self.seed, m, "method")
+        for m, member in enumerate(self.member_ids):
+            generator = member_generator(self.seed, member, "method")
             z_diag = torch.randn(samples, self.mean.shape[1], generator=generator).to(self.mean.device)
             z_low = torch.randn(samples, kept, generator=generator).to(self.mean.device)
             std = (self.sq_mean[m] - self.mean[m].square()).clamp(min=0).sqrt()
@@ -102,13 +102,19 @@ class SWAG(Method):
         return "SWAG" if self.members == 1 else "MultiSWAG"
 
     def build_model(self, seed, member_ids, in_features, hidden, n_classes, init) -> SWAGNet:
-        return SWAGNet(super().build_model(seed, member_ids, in_features, hidden, n_classes, init), self.rank, seed)
+        return SWAGNet(super().build_model(seed, member_ids, in_features, hidden, n_classes, init), self.rank, seed,
+                       member_ids)
 
     def collects_at(self, step: int, total_steps: int) -> bool:
-        """Whether the moments take the weights after optimiser step ``step`` (0-based)."""
+        """Whether the moments take the weights after optimiser step ``step`` (0-based): ``moments``
+        steps evenly spaced after the burn-in, the last step the last of them. A schedule with fewer
+        steps after the burn-in collects at each of them (the record's swag_moments_collected says so)."""
         start = int(self.swa_start * total_steps)
         span = total_steps - start
-        return any(start + (i + 1) * span // self.moments - 1 == step for i in range(self.moments))
+        return any(max(start, start + (i + 1) * span // self.moments - 1) == step for i in range(self.moments))
+
+    def post_fit(self, model: SWAGNet, x_val, y_val, train=None) -> dict:
+        return {**super().post_fit(model, x_val, y_val, train), "swag_moments_collected": int(model.collected)}
 
     def after_step(self, model: SWAGNet, state, step: int, total_steps: int) -> None:
         if self.collects_at(step, total_steps):

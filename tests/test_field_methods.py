@@ -15,7 +15,8 @@ from bench.options import validate
 from bench.training.loop import train
 from methods.base import FITTED_TEMPERATURE
 from methods.laplace import member_network
-from methods.snapshot_ensemble import cycle_length
+from methods.snapshot_ensemble import cycle_of
+from methods.laplace import glm_predictive
 
 FEATURES, CLASSES = 6, 3
 PROTOCOL = make_protocol({"hidden": (8,), "epochs": 3, "batch_size": 16, "early_stop_acc": 0.5, "val_size": 20,
@@ -81,7 +82,7 @@ def test_swag_mean_is_the_average_of_the_collected_weights():
     method = make("swag", members=2, swa_start=0.5, moments=4, rank=3)
     model = method.build_model(0, [0, 1], FEATURES, (8,), CLASSES, "torch")
     seen = []
-    for step in range(12):  # weights moved by hand; collected after steps 7, 8, 10, 11 (start 6, span 6)
+    for step in range(12):  # weights moved by hand; burn-in 6 steps, then 4 moments over the 6 left
         with torch.no_grad():
             for p in model.net.parameters():
                 p.add_(step * 0.01)
@@ -97,6 +98,31 @@ def test_swag_mean_is_the_average_of_the_collected_weights():
     running = [stacked[:i + 1].mean(0) for i in range(4)]
     expected = {round(float((seen[i] - running[i])[0, 0]), 5) for i in (1, 2, 3)}
     assert {round(float(model.deviations[0, j, 0]), 5) for j in range(3)} == expected
+
+
+def test_swag_draws_have_the_papers_covariance():
+    # per coordinate: var = scale * (Sigma_diag + sum over kept deviations of D^2 / (R - 1))
+    method = make("swag", members=1, moments=6, rank=4)
+    model = trained(method).model
+    draws = model.sample(20000, 0.5).flat()
+    kept = model.deviations[0, :4]
+    expected = 0.5 * ((model.sq_mean[0] - model.mean[0].square()).clamp(min=0) + kept.square().sum(0) / 3)
+    measured = draws.var(dim=0)
+    big = expected > expected.median()  # relative error of a variance estimate from 20000 draws: ~1 %
+    assert ((measured[big] / expected[big] - 1).abs() < 0.05).float().mean() > 0.99
+
+
+def test_swag_with_more_moments_than_steps_collects_at_each_and_says_so():
+    method = make("swag", moments=20, rank=20)
+    assert [s for s in range(30) if method.collects_at(s, 30)] == list(range(15, 30))  # burn-in 15, 15 left
+    model = trained(method).model  # 12 steps: 6 after the burn-in
+    assert method.post_fit(model, VAL.x, VAL.y)["swag_moments_collected"] == 6
+
+
+def test_swag_trains_one_model_without_vectorising():
+    method = make("swag", members=2, moments=5, rank=5)
+    sequential = train(method, PROTOCOL, TRAIN, CLASSES, 0, progress=False, val=VAL, vectorize=False)
+    torch.testing.assert_close(sequential.model.mean, trained(method).model.mean, rtol=0, atol=0)
 
 
 def test_swag_samples_centre_on_the_swa_weights_and_scale_zero_is_swa():
@@ -118,7 +144,7 @@ def test_swag_samples_centre_on_the_swa_weights_and_scale_zero_is_swa():
 def test_schedule_methods_ignore_the_early_stop_and_refuse_checkpoints():
     # PROTOCOL stops a member at train accuracy 0.5, which the toy problem reaches in epoch 1
     assert trained(make("deep_ensemble", members=1)).epochs_run == [1]
-    assert trained(make("swag")).epochs_run == [3] and trained(make("snapshot_ensemble")).epochs_run == [3]
+    assert trained(make("swag", moments=5)).epochs_run == [3] and trained(make("snapshot_ensemble")).epochs_run == [3]
     for name in ("swag", "snapshot_ensemble"):
         with pytest.raises(ConfigError, match="collects its ensemble along the whole schedule"):
             validate(methods.get_method(name), {"checkpoint": "best"}, name)
@@ -127,22 +153,30 @@ def test_schedule_methods_ignore_the_early_stop_and_refuse_checkpoints():
 # ---- snapshot ensembles
 
 
+def snapshot_steps(method, total: int) -> list[int]:
+    model = method.build_model(0, [0], FEATURES, (8,), CLASSES, "torch")
+    taken = []
+    for step in range(total):
+        before = int(model.taken)
+        method.after_step(model, None, step, total)
+        if int(model.taken) > before:
+            taken.append(step)
+    return taken
+
+
 def test_snapshot_learning_rate_restarts_each_cycle_and_a_snapshot_ends_each():
     method = make("snapshot_ensemble", members=3)
-    assert cycle_length(3, 12) == 4
+    assert [cycle_of(s, 3, 12) for s in (0, 3, 4, 11)] == [(0, 4), (0, 4), (4, 4), (8, 4)]
     factors = [method.lr_factor(step, 12) for step in range(12)]
     assert factors[0] == factors[4] == factors[8] == 1.0
     assert factors[2] == pytest.approx(0.5) and factors[3] == pytest.approx(0.5 * (math.cos(math.pi * 3 / 4) + 1))
-    model = method.build_model(0, [0], FEATURES, (8,), CLASSES, "torch")
-    taken = []
-    for step in range(12):
-        before = int(model.taken)
-        method.after_step(model, None, step, 12)
-        if int(model.taken) > before:
-            taken.append(step)
-    assert taken == [3, 7, 11]
-    # 10 steps in 3 cycles of 4: the last, shorter cycle still ends in a snapshot
-    assert [s for s in range(10) if (s + 1) % cycle_length(3, 10) == 0 or s + 1 == 10] == [3, 7, 9]
+    assert snapshot_steps(method, 12) == [3, 7, 11]
+    # 10 steps: cycles of 3, 3 and 4 steps, each annealed to its end, three snapshots
+    assert snapshot_steps(method, 10) == [2, 5, 9]
+    assert [round(method.lr_factor(s, 10), 4) for s in (6, 9)] == [1.0, round(0.5 * (math.cos(math.pi * 3 / 4) + 1), 4)]
+    assert snapshot_steps(make("snapshot_ensemble", members=4), 5) == [0, 1, 2, 4]
+    with pytest.raises(ValueError, match="3 cycles need at least as many optimiser steps"):
+        method.lr_factor(0, 2)
 
 
 def test_snapshot_members_are_the_weights_at_the_cycle_ends():
@@ -214,6 +248,17 @@ def test_laplace_matches_laplace_torch_used_directly(hessian):
     # a posterior widens the prediction: less confident than the member's softmax
     plain = make("deep_ensemble", members=2).predict_proba(model, TEST.x)
     assert (proba.max(-1).values <= plain.max(-1).values + 1e-6).float().mean() > 0.9
+
+
+def test_laplace_mc_draws_survive_a_near_singular_logit_covariance():
+    class Fixed:  # a posterior whose functional variance is the same rank-one matrix for every row
+        posterior_precision = torch.tensor([1.0] * 9 + [1e-9] * 3)  # diag: W (3 x 3) then b (3)
+        n_outputs = 3
+
+    features = torch.tensor([[1.0, 0.0, 0.0]])
+    probs = glm_predictive(Fixed(), features, torch.tensor([[2.0, 0.0, -1.0]]), "mc", 500,
+                           torch.Generator().manual_seed(0))
+    assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(1))
 
 
 def test_laplace_refuses_temperature_and_needs_a_validation_split():

@@ -72,13 +72,16 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     that a checkpoint rule has a validation split is ``Method.check_protocol``'s to check).
 
     vectorize=True trains the members together in one stacked computation; False trains them one
-    after another (the reference path). Both give the same members for the same seed.
+    after another (the reference path). Both give the same members for the same seed. A method with
+    its own model (``build_model`` overridden: SWAG's moments, MIMO's heads, shared weights) always
+    trains as one model: its members are not separate networks to stack.
     """
     start = time.perf_counter()
     device = torch.device(device)
     all_members = list(range(method.n_networks))
-    # jointly trained members share one loss, so they always train together
-    groups = [all_members] if vectorize or method.joint else [[m] for m in all_members]
+    # jointly trained members share one loss, and a method's own model is one module: they train together
+    together = vectorize or method.joint or type(method).build_model is not Method.build_model
+    groups = [all_members] if together else [[m] for m in all_members]
     pack_data = PackData.of([data], [val], [method.n_networks], device)  # one split: shared by any members
     parts = [_train_members([PackRun(method, seed, ids)], method, protocol, pack_data, n_classes, device,
                             progress, label if len(groups) == 1 else f"{label} member {ids[0]}")[0]
