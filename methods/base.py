@@ -116,6 +116,8 @@ class Method:
     pack_options: ClassVar[tuple[str, ...]] = ()
     fixed_schedule: ClassVar[bool] = False  # collects its ensemble along the schedule: no early stop, no checkpoint
     post_fit_uses_train: ClassVar[bool] = False  # post_fit is handed the training split too
+    # why temperature=fit is refused, if it is (the predictive is no softmax of the logits T would scale)
+    temperature_unsupported: ClassVar[str] = ""
 
     @classmethod
     def packs_runs(cls) -> bool:
@@ -135,6 +137,8 @@ class Method:
     @classmethod
     def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
         """Checks across options, after each was validated on its own."""
+        if values.get("temperature") == "fit" and cls.temperature_unsupported:
+            raise ConfigError(f"{what}: temperature=fit is not supported: {cls.temperature_unsupported}")
         if values.get("temperature") == "fit" and values.get("loss", "ce") != "ce":
             raise ConfigError(f"{what}: temperature=fit scales logits, and loss={values['loss']} trains outputs "
                               "that are no logits; use loss=ce")

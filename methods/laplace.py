@@ -104,6 +104,8 @@ class LaplaceEnsemble(Method):
     summary = "a deep ensemble whose members' last layers get a Laplace posterior (laplace-torch), GLM predictive"
     packable = True  # trains exactly as a deep ensemble; the posterior comes after, run by run
     post_fit_uses_train = True
+    temperature_unsupported = ("the Laplace predictive is not a softmax of logits, and its prior precision is "
+                               "already fitted on the validation split")
 
     members: int = option(3, **MEMBERS_OPTION)
     hessian: str = choice("kron", ("kron", "diag"), help="last-layer GGN: kron (Kronecker-factored) or diag")
@@ -111,13 +113,6 @@ class LaplaceEnsemble(Method):
                        "Monte-Carlo samples of the logits")
     mc_samples: int = option(100, parse=parse_int, check=lambda v: v >= 1, allowed="an integer >= 1",
                              help="logit samples per prediction with link=mc")
-
-    @classmethod
-    def check_options(cls, values, what):
-        if values.get("temperature") == "fit":
-            raise ConfigError(f"{what}: temperature=fit is not supported: the Laplace predictive is not a softmax "
-                              "of logits, and its prior precision is already fitted on the validation split")
-        return super().check_options(values, what)
 
     def check_protocol(self, protocol: Any, what: str) -> None:
         super().check_protocol(protocol, what)

@@ -6,7 +6,6 @@ import dataclasses
 
 import torch
 
-from bench.errors import ConfigError
 from bench.models import StackedMLP
 from bench.options import option, parse_float, parse_int
 from methods.base import Method
@@ -16,20 +15,15 @@ from methods.base import Method
 class MCDropout(Method):
     name = "mc_dropout"
     summary = "one network with dropout; T stochastic test-time passes act as members"
+    # a temperature fitted on the dropout-free network would calibrate another predictive than the
+    # one every metric reads
+    temperature_unsupported = ("its predictions are stochastic passes, and the temperature is fitted on "
+                               "dropout-free logits")
 
     dropout: float = option(0.2, parse=parse_float, check=lambda v: 0 <= v < 1,
                             allowed="a number in [0, 1)", help="dropout rate on hidden activations")
     passes: int = option(30, parse=parse_int, check=lambda v: v >= 1, allowed="an integer >= 1",
                          help="stochastic forward passes at test time (T)")
-
-    @classmethod
-    def check_options(cls, values, what):
-        # its predictive is T stochastic passes; a temperature fitted on the dropout-free network
-        # would calibrate another predictive than the one every metric reads
-        if values.get("temperature") == "fit":
-            raise ConfigError(f"{what}: temperature=fit is not supported: its predictions are stochastic passes, "
-                              "and the temperature is fitted on dropout-free logits")
-        return super().check_options(values, what)
 
     @property
     def label(self) -> str:
