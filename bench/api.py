@@ -74,7 +74,7 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
          threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
          pack_size: int | str = "auto", submitit: str | None = None, submitit_cluster: str = "auto",
          submitit_params: Iterable[str] = (), save_weights: bool = False, design: str | None = None,
-         vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT) -> Plan:
+         vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT, step: str = "auto") -> Plan:
     """Validate everything (ConfigError on bad input) and say where the grid will run. ``design``:
     grid (the product of every list; the default) or star (the base and one changed choice at a
     time: ``vary`` strings as --vary takes them, else the preset's [[star]] tables; bench.design.star);
@@ -99,8 +99,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
     else:
         configs = expand_grid(*args)
     execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size,
-                                "save_weights": save_weights})
-    execution.torch_device()  # fail now, not after the first run, if cuda is asked for and absent
+                                "save_weights": save_weights, "step": step})
+    execution.check_device(configs)  # fail now, not after the first run
     bad = [p for p in submitit_params if not str(p).partition("=")[0].strip() or "=" not in str(p)]
     if bad:
         raise ConfigError(f"--submitit-param {bad[0]!r}: expected NAME=VALUE, e.g. timeout_min=120")
@@ -172,7 +172,7 @@ def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak:
            "wall_seconds": wall, "train_seconds": float(trained["train_seconds"].sum()) if len(trained) else 0.0,
            "matmul_peak_gflops": peak, "fraction_of_peak": tflop * 1e3 / wall / peak if wall else 0.0,
            "device": str(p.execution.torch_device()), "threads": torch.get_num_threads(),
-           "pack_size": p.execution.pack_size, "jobs": p.executor.jobs, **stamp()}
+           "pack_size": p.execution.pack_size, "step": p.execution.step, "jobs": p.executor.jobs, **stamp()}
     path = p.store.out / "efficiency.csv"
     append_csv(pd.DataFrame([row]), path)
     return row
@@ -184,7 +184,7 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
         download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
         pack_size: int | str = "auto", save_weights: bool = False, design: str | None = None,
-        vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT) -> pd.DataFrame:
+        vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT, step: str = "auto") -> pd.DataFrame:
     """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
     per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
     design='star' (or a preset whose design is star) runs the base and each ``vary`` setting
@@ -199,7 +199,7 @@ def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[i
     """
     p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
              vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary,
-             claim_timeout=claim_timeout)
+             claim_timeout=claim_timeout, step=step)
     done = execute(p, download, progress, force)
     if p.star is not None:
         star_report(p, done, plots)
@@ -411,11 +411,12 @@ def perf(preset: str | None = None, members: int | None = None, epochs: int = 5,
          hidden: str | tuple[int, ...] | None = None, id_dataset: str | None = None, device: str = "auto",
          threads: int | None = None, skip_seed_loop: bool = False, networks: Iterable[int] | None = None,
          peak_size: int = 4096, data_dir: str | Path | None = None, out: str | Path = RESULTS,
-         log: Callable[[str], None] = print) -> pd.DataFrame:
+         log: Callable[[str], None] = print, step: str = "auto") -> pd.DataFrame:
     """Time the training loop, exactly like ``python -m bench perf`` (bench.training.perf): the same
     deep ensemble (no early stop) in the seed example's loop, this harness's loop and torch-uncertainty,
     against the fp32 matmul peak, into OUT/perf.csv; ``networks`` (e.g. [1, 5, 25, 50]): instead one pack
-    of N one-member deep ensembles per N, into OUT/perf_packs.csv. Returns the table. ``preset``: the
+    of N one-member deep ensembles per N, into OUT/perf_packs.csv, its steps run as ``step`` says
+    (auto, eager or graph: bench.training.graphs). Returns the table. ``preset``: the
     work's MLP, batch size, dataset and deep-ensemble members; the other arguments override it."""
     values = load_preset(preset)[1] if preset else {}
     shape = {k: v for k, v in values.get("protocol", {}).items() if k in ("batch_size", "hidden", "id_dataset")}
@@ -423,7 +424,8 @@ def perf(preset: str | None = None, members: int | None = None, epochs: int = 5,
     protocol = make_protocol({**shape, **{k: v for k, v in given.items() if v is not None}, "epochs": epochs})
     members = members or values.get("method_options", {}).get("deep_ensemble", {}).get("members", 3)
     members = make_run_config("deep_ensemble", {"members": members}, protocol, 0).method_options["members"]
-    execution = make_execution({"device": device, "threads": threads})
+    execution = make_execution({"device": device, "threads": threads, "step": step})
+    execution.check_device([])
     peak = validate(Work, {"peak_size": peak_size}, "perf")
     networks = None if networks is None else [int(n) for n in networks]
     if networks is not None and (not networks or min(networks) < 1):
@@ -435,7 +437,7 @@ def perf(preset: str | None = None, members: int | None = None, epochs: int = 5,
     work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size, hidden=protocol.hidden,
                 dataset=protocol.id_dataset, preset=preset or "", **peak)
     if networks is not None:
-        return run_pack_perf(work, root, Path(out), execution.torch_device(), networks, log=log)
+        return run_pack_perf(work, root, Path(out), execution.torch_device(), networks, log=log, step=step)
     return run_perf(work, root, Path(out), execution.torch_device(), skip_seed_loop, log=log)
 
 

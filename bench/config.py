@@ -19,7 +19,8 @@ PRESET_DIR = Path(__file__).with_name("presets")
 N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
-REFERENCE_METHOD = "deep_ensemble"  # every paired comparison and star design is against this method
+REFERENCE_METHOD = "deep_ensemble"
+PRECISIONS = ("fp32", "tf32", "bf16")  # every paired comparison and star design is against this method
 
 
 def parse_pack_size(value: Any) -> int | str:
@@ -66,6 +67,11 @@ class Protocol:
                        help="torch: nn.Linear's default; glorot: Glorot-uniform weights, zero biases (Keras)")
     adam_eps: float = option(1e-8, parse_float, "a number > 0", check=lambda v: 0 < v < float("inf"),
                              help="Adam's epsilon (1e-8 torch, 1e-7 Keras)")
+    precision: str = choice("fp32", PRECISIONS, implicit=True,
+                            help="arithmetic of the training steps: fp32 (the default, the same on CPU and GPU); "
+                            "tf32: fp32 matmuls in TF32 (a CUDA GPU only); bf16: the forward pass under bfloat16 "
+                            "autocast (loss, weights, gradients and Adam stay fp32). Evaluation is fp32 always. Part of a "
+                            "run's identity, so tables never mix precisions in one cell")
 
     @classmethod
     def check_options(cls, values: dict[str, Any], what: str) -> dict[str, Any]:
@@ -103,6 +109,23 @@ class Execution:
                                   "auto: as many as a quarter of the device's memory holds, at most "
                                   "bench.training.packs.MAX_AUTO_NETWORKS for its type")
 
+    step: str = choice("auto", ("auto", "eager", "graph"),
+                       help="how a training step runs: eager (each kernel launched from Python); graph (captured "
+                       "once in a CUDA graph and replayed; a GPU and a method whose step can be captured, "
+                       "bench.training.graphs); auto: graph where it applies, else eager. The same arithmetic "
+                       "either way")
+
+    def check_device(self, items: list) -> None:
+        """One line of error when the grid items ask the device for what it cannot do: cuda where
+        there is none, --step graph without a GPU, precision=tf32 on a CPU."""
+        device = self.torch_device()
+        if self.step == "graph" and device.type != "cuda":
+            raise ConfigError(f"--step graph replays CUDA graphs, and the device is {device}; use --step auto or eager")
+        tf32 = {run.variant for item in items for run in item.runs() if run.protocol.precision == "tf32"}
+        if tf32 and device.type != "cuda":
+            raise ConfigError(f"precision=tf32 is a CUDA GPU's matmul mode, and the device is {device} "
+                              f"({len(tf32)} variant(s) ask for it); use fp32 or bf16")
+
     def torch_device(self):
         import torch
         if self.device == "auto":
@@ -130,8 +153,10 @@ class RunConfig:
         return get_method(self.method)(**self.method_options)
 
     def to_dict(self) -> dict[str, Any]:
+        # implicit protocol values at their default (precision=fp32) are left out: ids made before they existed hold
+        protocol = without_implicit_defaults(Protocol, dataclasses.asdict(self.protocol))
         return {"method": self.method, "method_options": dict(self.method_options),
-                "protocol": dataclasses.asdict(self.protocol), "seed": self.seed, "preset": self.preset}
+                "protocol": protocol, "seed": self.seed, "preset": self.preset}
 
     @property
     def fixed_options(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class AnchorNet(Method):
     name = "anchor_net"
     summary = "independent members, each pulled towards its own random anchor drawn from N(0, sigma^2)"
     packable = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
     pack_options = ("sigma", "lam")  # sigma only draws the anchors; lam weighs each member's own term
 
     members: int = option(3, **MEMBERS_OPTION)

@@ -84,7 +84,8 @@ def scaled_mse_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     """The DARE paper's MSE per member: mean over samples and classes of (output - K*onehot)^2,
     on the raw linear outputs, K = number of classes. logits (M, B, K), targets (M, B) -> (M,)."""
     classes = logits.shape[-1]
-    target = F.one_hot(targets, classes).to(logits.dtype) * classes
+    # scatter, not F.one_hot: the same values, without one_hot's range check (a host read on a GPU)
+    target = torch.zeros_like(logits).scatter_(-1, targets.unsqueeze(-1), float(classes))
     return (logits - target).square().mean(dim=(1, 2))
 
 
@@ -116,8 +117,17 @@ class Method:
     pack_options: ClassVar[tuple[str, ...]] = ()
     fixed_schedule: ClassVar[bool] = False  # collects its ensemble along the schedule: no early stop, no checkpoint
     post_fit_uses_train: ClassVar[bool] = False  # post_fit is handed the training split too
+    # The step may be captured in a CUDA graph and replayed (``bench.training.graphs``): it reads nothing
+    # back to the host, draws nothing from a CPU generator, and keeps its training state in tensors it
+    # updates in place. Like ``packable``, a class says so in its own body (``capturable_steps``).
+    capturable: ClassVar[bool] = False
     # why temperature=fit is refused, if it is (the predictive is no softmax of the logits T would scale)
     temperature_unsupported: ClassVar[str] = ""
+
+    @classmethod
+    def capturable_steps(cls) -> bool:
+        """Whether this very class's training step may be captured (``capturable`` in its own body)."""
+        return bool(vars(cls).get("capturable", False))
 
     @classmethod
     def packs_runs(cls) -> bool:

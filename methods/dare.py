@@ -42,6 +42,7 @@ class DARE(DeepEnsemble):
                "(tau absolute, or relative to the DE reference's validation loss)")
     has_threshold = True
     packable = True  # independent members; each member's switch is its own
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
     pack_options = ("threshold", "delta")  # the switch compares each member's loss with its own tau
 
     threshold: float | None = option(0.3, parse=parse_optional(parse_float),

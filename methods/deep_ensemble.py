@@ -42,6 +42,7 @@ class DeepEnsemble(Method):
     name = "deep_ensemble"
     summary = "independently initialised members trained on the task loss (ce or the paper's mse)"
     packable = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
 
     members: int = option(3, **MEMBERS_OPTION)
     loss: str = choice("ce", tuple(TASK_LOSSES), help=LOSS_HELP)

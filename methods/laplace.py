@@ -103,6 +103,7 @@ class LaplaceEnsemble(Method):
     name = "laplace"
     summary = "a deep ensemble whose members' last layers get a Laplace posterior (laplace-torch), GLM predictive"
     packable = True  # trains exactly as a deep ensemble; the posterior comes after, run by run
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
     post_fit_uses_train = True
     temperature_unsupported = ("the Laplace predictive is not a softmax of logits, and its prior precision is "
                                "already fitted on the validation split")

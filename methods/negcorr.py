@@ -31,6 +31,7 @@ class NegCorr(Method):
     summary = "joint members; penalises each member's correlation with the others' deviations"
     joint = True
     packable = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
     pack_options = ("lam",)
 
     members: int = option(3, **MEMBERS_OPTION)

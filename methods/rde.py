@@ -44,6 +44,7 @@ class RDE(Method):
     summary = "joint members repelled in weight space by an RBF kernel (median-heuristic bandwidth)"
     joint = True
     packable = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
 
     members: int = option(3, **MEMBERS_OPTION)
 

@@ -15,6 +15,7 @@ class SingleNetwork(Method):
     name = "single_network"
     summary = "one deterministic network trained on the task loss (no ensemble)"
     packable = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
 
     loss: str = choice("ce", tuple(TASK_LOSSES), help=LOSS_HELP)
 

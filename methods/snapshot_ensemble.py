@@ -39,7 +39,7 @@ class SnapshotNet(nn.Module):
 
     @torch.no_grad()
     def take(self) -> None:
-        self.snapshots[int(self.taken)] = self.net.flat()[0]
+        self.snapshots.index_copy_(0, self.taken.view(1), self.net.flat()[:1])  # no read back to the host
         self.taken += 1
 
     def ensemble(self) -> StackedMLP:

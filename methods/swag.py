@@ -53,10 +53,12 @@ class SWAGNet(nn.Module):
     @torch.no_grad()
     def collect(self) -> None:
         """Add the members' current weights to the moments."""
-        weights, n = self.net.flat(), int(self.collected)
+        # the count stays on the device (no read back to the host within an epoch)
+        weights, n = self.net.flat(), self.collected
         self.mean += (weights - self.mean) / (n + 1)
         self.sq_mean += (weights.square() - self.sq_mean) / (n + 1)
-        self.deviations[:, n % self.deviations.shape[1]] = weights - self.mean  # a ring of the last R
+        ring = (n % self.deviations.shape[1]).view(1)  # a ring of the last R
+        self.deviations.index_copy_(1, ring, (weights - self.mean).unsqueeze(1))
         self.collected += 1
 
     @torch.no_grad()

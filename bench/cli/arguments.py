@@ -119,6 +119,11 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
                        f"device's memory holds, at most {MAX_AUTO_NETWORKS['cpu']} on the CPU and "
                        f"{MAX_AUTO_NETWORKS['cuda']} on a GPU (with --jobs, split so that every worker gets a pack). "
                        "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")
+    group.add_argument("--step", default="auto", choices=("auto", "eager", "graph"),
+                       help="how a training step runs: eager (kernels launched one by one from Python), graph "
+                       "(captured once in a CUDA graph and replayed: a GPU only; methods whose step cannot be "
+                       "captured, e.g. MC dropout, run eagerly), auto (graph on a GPU, eager on the CPU; the "
+                       "default). The arithmetic is the same either way")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")
     group.add_argument("--jobs", default="1", metavar="N",
@@ -150,7 +155,7 @@ def plan_from(args: argparse.Namespace) -> api.Plan:
     return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
                     args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
                     args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param, args.save_weights,
-                    getattr(args, "design", None), getattr(args, "vary", ()), args.claim_timeout)
+                    getattr(args, "design", None), getattr(args, "vary", ()), args.claim_timeout, step=args.step)
 
 
 def parse_count(text: str, flag: str, least: int) -> int:

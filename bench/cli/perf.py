@@ -33,6 +33,9 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
                       help="instead of (a)-(d): time (e) one pack of N one-member deep ensembles for each N "
                       "(e.g. 1,5,25,50), giving network-epochs/s and the fraction of the matmul peak per pack "
                       "size; writes OUT/perf_packs.csv")
+    perf.add_argument("--step", default="auto", choices=("auto", "eager", "graph"),
+                      help="with --networks: how the pack's steps run (eager; graph: replayed from a CUDA graph, a "
+                      "GPU only; auto: graph on a GPU, eager on the CPU); the step column says which ran")
     perf.add_argument("--peak-size", default="4096", help="matrix size n of the n x n torch.mm peak test")
     perf.add_argument("--data-dir", help=DATA_DIR_HELP)
     perf.add_argument("--out", default=RESULTS, help="folder for perf.csv")
@@ -42,7 +45,8 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     networks = _networks(args.networks) if args.networks else None
     table = api.perf(args.preset, args.members, args.epochs, args.batch_size, args.hidden, args.id_dataset,
-                     args.device, args.threads, args.skip_seed_loop, networks, args.peak_size, args.data_dir, args.out)
+                     args.device, args.threads, args.skip_seed_loop, networks, args.peak_size, args.data_dir, args.out,
+                     step=args.step)
     print(format_perf(table) if networks is None else format_pack_perf(table))
     print(f"wrote {Path(args.out) / ('perf.csv' if networks is None else 'perf_packs.csv')}")
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from bench import api
 from bench.cli.arguments import DEFAULT_REPORT_OUT, add_command, parse_count
 from bench.cli.printing import warn
+from bench.reporting.paper import write_comparison
 
 
 def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
@@ -20,6 +21,10 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
                         "deep ensemble, N resamples (e.g. 1000), written to OUT/bootstrap.csv: the test-set "
                         "noise of one seed's difference, beside the seed-to-seed t-interval")
     report.add_argument("--bootstrap-seed", metavar="S", default="0", help="seed of the bootstrap's resamples")
+    report.add_argument("--compare-to", metavar="FOLDER",
+                        help="also set OUT's paper table beside FOLDER's (both paper_table.csv), cell by cell: "
+                        "each mean, the difference and whether it lies within FOLDER's sd; written to "
+                        "OUT/compare_to_<FOLDER's name>.csv (e.g. a GPU re-run against the CPU table)")
     return report
 
 
@@ -27,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     n_boot, boot_seed = (parse_count(args.bootstrap, "--bootstrap", 0),
                          parse_count(args.bootstrap_seed, "--bootstrap-seed", 0))
     done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn)
+    if args.compare_to:
+        table, path = write_comparison(Path(args.out), Path(args.compare_to))
+        print(f"{int(table['within_reference_sd'].sum())} of {len(table)} cells within one sd of {args.compare_to}'s; "
+              f"wrote {path}")
     if n_boot:
         table = done.bootstrap
         real = int(table["real"].sum()) if len(table) else 0

@@ -98,7 +98,7 @@ def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progre
         try:
             return [train(bound[0][1], first.protocol, data.train, data.n_classes, first.seed, progress=progress,
                           label=f"{first.variant} seed {first.seed}", device=device,
-                          vectorize=execution.vectorize, val=data.val)]
+                          vectorize=execution.vectorize, val=data.val, step=execution.step)]
         except Diverged as exc:
             return [exc]
     methods = [method for _, method in bound]
@@ -106,7 +106,7 @@ def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progre
     return train_pack([(method, configs[i].seed) for i, method in bound], packed_method(methods, device),
                       first.protocol, [datas[i].train for i, _ in bound], data.n_classes, progress=progress,
                       label=f"pack of {len(bound)} {first.method} runs ({networks} networks)", device=device,
-                      val=[datas[i].val for i, _ in bound])
+                      val=[datas[i].val for i, _ in bound], step=execution.step)
 
 
 def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:
@@ -150,7 +150,7 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
                   member_val_loss=" ".join(f"{v:.6g}" for v in result.val_loss),
                   # the mean over members of each member's validation task loss after checkpoint restore
                   val_task_loss=float(np.mean(finite_val)) if len(finite_val) == len(result.val_loss) else None,
-                  param_abs_mean=float(np.mean(result.param_abs_mean)),
+                  param_abs_mean=float(np.mean(result.param_abs_mean)), training_step=result.step,
                   history=result.history, finished_at=_now())
     return record, arrays
 

@@ -248,6 +248,33 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
     return path
 
 
+def compare_tables(table: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """Two folders' paper tables (paper_table.csv) cell by cell: each harness cell (label, variant,
+    quantity) with a mean in both, the difference of the means and whether it lies within one sd
+    of the reference's cell (the rule a re-run on other hardware or another version is held to)."""
+    keys, values = ["label", "variant", "quantity"], ["harness_mean", "harness_std", "harness_n"]
+    both = table[keys + values].merge(reference[keys + values], on=keys, suffixes=("", "_reference"))
+    both = both.dropna(subset=["harness_mean", "harness_mean_reference"]).reset_index(drop=True)
+    both["diff"] = both["harness_mean"] - both["harness_mean_reference"]
+    both["within_reference_sd"] = both["diff"].abs() <= both["harness_std_reference"]
+    return both
+
+
+def write_comparison(out: Path, reference: Path) -> tuple[pd.DataFrame, Path]:
+    """compare_tables of the paper tables of the folders ``out`` and ``reference``, written to
+    OUT/compare_to_<reference's name>.csv. Returns the table and its path."""
+    tables = []
+    for folder in (out, reference):
+        if not (folder / "paper_table.csv").is_file():
+            raise ConfigError(f"{folder / 'paper_table.csv'} does not exist: run `python -m bench report --out "
+                              f"{folder}` on a folder whose preset has a paper table (compare_to)")
+        tables.append(pd.read_csv(folder / "paper_table.csv"))
+    table = compare_tables(*tables)
+    path = out / f"compare_to_{reference.resolve().name}.csv"
+    write_csv(table, path)
+    return table, path
+
+
 def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
                       in_distribution: str | None = None, skipped: list[str] | None = None,
                       runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[Path]]:

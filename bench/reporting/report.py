@@ -38,7 +38,11 @@ def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
     cols = [c for c in PROTOCOL_COLUMNS if c in runs.columns]
     if runs.empty or not cols:
         return [ProtocolGroup("", "", "", runs)] if not runs.empty else []
-    keys = runs[cols].astype(str)
+    values = runs[cols].copy()
+    for field in dataclasses.fields(Protocol):  # an implicit value (precision) that older records lack: its default
+        if field.metadata.get("implicit") and field.name in values:
+            values[field.name] = values[field.name].fillna(field.default)
+    keys = values.astype(str)
     groups = [frame for _, frame in runs.groupby([keys[c] for c in cols], sort=False, dropna=False)]
     differing = [c for c in cols if keys[c].nunique() > 1 and c not in ("id_dataset", "ood_sets")]
     out = []

@@ -24,11 +24,11 @@ from bench.config import Protocol
 from bench.data.loaders import Split
 from bench.models import StackedMLP
 from bench.seeding import member_generator
+from bench.training.graphs import CapturedSteps, capture_wanted
 from bench.training.members import Members, member_abs_mean
+from bench.training.precision import matmul_precision, step_autocast
 from bench.training.sources import PackData
 from methods.base import Batch, Method, forward_in_chunks
-
-POSTFIX_EVERY = 20  # steps between progress-bar updates (each costs a host sync)
 
 # Subnormal floats are flushed to zero on the CPU, for every process that imports the training loop.
 # Adam's moments of a weight whose gradient is always 0 (a pixel that is 0 in every image, a dead
@@ -62,11 +62,12 @@ class TrainResult:
     param_abs_mean: list[float]  # per member: mean |theta| of the kept weights
     seconds: float = 0.0
     nonfinite_epochs: list[int] = dataclasses.field(default_factory=list)  # per member; 0: stayed finite
+    step: str = "eager"          # how its steps ran: eager, graph, or eager after a failed capture (why)
 
 
 def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed: int,
           progress: bool = True, label: str = "", device: torch.device | str = "cpu",
-          vectorize: bool = True, val: Split | None = None) -> TrainResult:
+          vectorize: bool = True, val: Split | None = None, step: str = "auto") -> TrainResult:
     """Train all members of ``method`` on ``data``; ``val`` is the validation split that the
     per-epoch validation loss and the checkpoint rule use (without one, nothing is checkpointed:
     that a checkpoint rule has a validation split is ``Method.check_protocol``'s to check).
@@ -75,6 +76,9 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     after another (the reference path). Both give the same members for the same seed. A method with
     its own model (``build_model`` overridden: SWAG's moments, MIMO's heads, shared weights) always
     trains as one model: its members are not separate networks to stack.
+
+    ``step``: auto or graph replay a capturable method's steps from CUDA graphs on a GPU; eager
+    never does (bench.training.graphs). The arithmetic is the same.
     """
     start = time.perf_counter()
     device = torch.device(device)
@@ -84,7 +88,7 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     groups = [all_members] if together else [[m] for m in all_members]
     pack_data = PackData.of([data], [val], [method.n_networks], device)  # one split: shared by any members
     parts = [_train_members([PackRun(method, seed, ids)], method, protocol, pack_data, n_classes, device,
-                            progress, label if len(groups) == 1 else f"{label} member {ids[0]}")[0]
+                            progress, label if len(groups) == 1 else f"{label} member {ids[0]}", step)[0]
              for ids in groups]
     for part in parts:
         if isinstance(part, Diverged):
@@ -94,7 +98,7 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
                        [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],
                        [v for p in parts for v in p.param_abs_mean], time.perf_counter() - start,
-                       [e for p in parts for e in p.nonfinite_epochs])
+                       [e for p in parts for e in p.nonfinite_epochs], parts[0].step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +111,7 @@ class PackRun:
 
 def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protocol, data: Split | list[Split],
                n_classes: int, progress: bool = True, label: str = "", device: torch.device | str = "cpu",
-               val: Split | list[Split | None] | None = None) -> list[TrainResult | Diverged]:
+               val: Split | list[Split | None] | None = None, step: str = "auto") -> list[TrainResult | Diverged]:
     """Train several runs (method, seed) of one protocol as one stacked computation: every network
     (run x member) on the member axis, each with its own init and data-order streams, optimiser
     state, early stop, checkpoint and non-finite handling, so each run's result equals its result
@@ -123,7 +127,7 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
     trains = data if isinstance(data, list) else [data] * len(pack)
     vals = val if isinstance(val, list) else [val] * len(pack)
     pack_data = PackData.of(trains, vals, [len(run.member_ids) for run in pack], device)
-    results = _train_members(pack, packed, protocol, pack_data, n_classes, device, progress, label)
+    results = _train_members(pack, packed, protocol, pack_data, n_classes, device, progress, label, step)
     seconds = time.perf_counter() - start
     work = [sum(r.epochs_run) if isinstance(r, TrainResult) else r.epoch * len(run.member_ids)
             for run, r in zip(pack, results)]
@@ -153,13 +157,16 @@ class _Loop:
     optimizer: torch.optim.Optimizer
     members: Members
     data: PackData
-    order_gens: list[torch.Generator]  # per network; joint runs: per run (its members share batches)
-    run_members: torch.Tensor          # (runs,) members per run, on the device
+    order_gens: list[torch.Generator]  # per network; joint runs: per run (its members share batches); on the device
+    run_rows: torch.Tensor | None      # a pack of joint runs: each member's row of the runs' batch order
     member_ids: list[int]
     device: torch.device
     label: str
     progress: bool
+    loss_sum: torch.Tensor           # (M,) the epoch's task loss x rows, summed over steps, on the device
+    correct: torch.Tensor            # (M,) the epoch's correct training predictions
     scheduled: bool = False          # the method sets the learning rate along the schedule (lr_factor)
+    steps: Any = None                # how a step runs: eagerly (None) or replayed from a CUDA graph (graphs.CapturedSteps)
 
 
 def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features: int, n_classes: int,
@@ -179,92 +186,98 @@ def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features:
 
 
 def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
-                   device: torch.device, progress: bool, label: str) -> list[TrainResult | Diverged]:
+                   device: torch.device, progress: bool, label: str, step_mode: str = "auto") -> list[TrainResult | Diverged]:
     if packed.joint and len({len(run.member_ids) for run in runs}) > 1:
         raise ValueError("the joint runs of a pack need equal member counts")
     val = data.val
     model, state = _build(runs, packed, protocol, data.train.splits[0][0].shape[1], n_classes, device)
     params = list(model.parameters())
-    # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step)
-    optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True)
+    scheduled = type(packed).lr_factor is not Method.lr_factor
+    captured = capture_wanted(packed, device, step_mode)
+    # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step);
+    # capturable: its step count stays on the device, as a CUDA graph needs (the same kernel computes)
+    optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True, capturable=captured)
+    optimizer._warned_capturable_if_run_uncaptured = True  # the warm-up steps run uncaptured on purpose
     # independent members each draw their own data order; joint ones share member 0's
-    order_gens = [member_generator(run.seed, m, "data_order")
+    order_gens = [member_generator(run.seed, m, "data_order", device)
                   for run in runs for m in ([0] if packed.joint else run.member_ids)]
     run_of = [r for r, run in enumerate(runs) for _ in run.member_ids]
     members = Members(params, model.members, protocol.epochs, packed.joint, device, run_of)
-    run_members = torch.tensor([len(run.member_ids) for run in runs], device=device)
-    loop = _Loop(packed, protocol, model, state, optimizer, members, data, order_gens, run_members,
-                 [m for run in runs for m in run.member_ids], device, label, progress,
-                 scheduled=type(packed).lr_factor is not Method.lr_factor)
+    run_rows = torch.tensor(run_of, device=device) if packed.joint and len(runs) > 1 else None
+    zeros = torch.zeros(members.count, device=device)
+    loop = _Loop(packed, protocol, model, state, optimizer, members, data, order_gens, run_rows,
+                 [m for run in runs for m in run.member_ids], device, label, progress, zeros, zeros.clone(),
+                 scheduled=scheduled)
+    if captured:
+        loop.steps = CapturedSteps(lambda idx, step, total: _step(loop, idx, step, total), members)
     history: list[dict] = []
-    for epoch in range(1, protocol.epochs + 1):
-        epoch_loss, epoch_acc = _train_epoch(loop, epoch)
-        if not _end_epoch(loop, epoch, epoch_loss, epoch_acc, history):
-            break
+    summary = ""
+    with matmul_precision(protocol.precision, device):
+        for epoch in range(1, protocol.epochs + 1):
+            started = time.perf_counter()
+            _train_epoch(loop, epoch, summary)
+            trains_on, summary = _end_epoch(loop, epoch, history, started)
+            if not trains_on:
+                break
     members.restore()
     final_val = validation_loss(packed, model, val).tolist() if val is not None else [float("nan")] * members.count
-    return _per_run(runs, model, members, history, final_val)
+    how = "eager" if loop.steps is None else loop.steps.description
+    return _per_run(runs, model, members, history, final_val, how)
 
 
 def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
-             final_val: list[float]) -> list[TrainResult | Diverged]:
+             final_val: list[float], step: str) -> list[TrainResult | Diverged]:
     """Each run's part of a pack's training: its TrainResult, or its Diverged."""
     abs_mean, kept = member_abs_mean(model).tolist(), members.kept_epoch.tolist()  # one host copy each
+    epochs_run, nonfinite = members.stopped_epoch.tolist(), members.nonfinite_epoch.tolist()
+    diverged = members.diverged_epoch.tolist()
     out: list[TrainResult | Diverged] = []
     for r in range(len(runs)):
-        if r in members.diverged:
-            out.append(Diverged(members.diverged[r]))
+        if diverged[r]:
+            out.append(Diverged(diverged[r]))
             continue
         idx = [i for i, run in enumerate(members.run_of) if run == r]
         out.append(TrainResult(model if len(runs) == 1 else model.select(idx),
-                               [members.epochs_run[i] for i in idx],
+                               [epochs_run[i] for i in idx],
                                [{k: v for k, v in h.items() if k != "network"} for h in history
                                 if members.run_of[h["network"]] == r],
                                [kept[i] for i in idx], [final_val[i] for i in idx],
-                               [abs_mean[i] for i in idx], nonfinite_epochs=[members.nonfinite_epochs[i] for i in idx]))
+                               [abs_mean[i] for i in idx], nonfinite_epochs=[nonfinite[i] for i in idx], step=step))
     return out
 
 
-def _train_epoch(loop: _Loop, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pass over the training data; returns each member's mean task loss and accuracy."""
-    protocol, members, n = loop.protocol, loop.members, len(loop.data.train)
+def _train_epoch(loop: _Loop, epoch: int, summary: str) -> None:
+    """One pass over the training data, into the loop's loss and accuracy sums. Nothing is read
+    back to the host: the batch orders are drawn on the device, and the progress bar shows the
+    previous epoch's summary."""
+    protocol, n = loop.protocol, len(loop.data.train)
     steps = math.ceil(n / protocol.batch_size)
-    # index permutations are drawn on the CPU (same stream on every device), moved once per epoch
-    perms = torch.stack([torch.randperm(n, generator=g) for g in loop.order_gens]).to(loop.device)  # (M or 1, N)
-    loss_sum = torch.zeros(members.count, device=loop.device)
-    correct = torch.zeros(members.count, device=loop.device)
+    # each network's order from its own generator, on the device (CPU: the same stream as ever)
+    perms = torch.stack([torch.randperm(n, generator=g, device=loop.device) for g in loop.order_gens])  # (M or 1, N)
+    loop.loss_sum.zero_()
+    loop.correct.zero_()
     bar = tqdm(range(steps), desc=f"{loop.label} epoch {epoch}/{protocol.epochs}", leave=False,
-               disable=None if loop.progress else True, unit="step")
-    started = time.perf_counter()
+               disable=None if loop.progress else True, unit="step", postfix=summary or None)
     for step in bar:
         idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
-        logits, task, yb = _step(loop, idx, (epoch - 1) * steps + step, protocol.epochs * steps)
-        with torch.no_grad():
-            loss_sum += task.detach() * idx.shape[1]
-            hits = (logits.argmax(-1) == yb).sum(dim=1)
-            # a method may train on more rows than the batch (MIMO's batch repetition): counted per batch row
-            correct += hits if yb.shape[1] == idx.shape[1] else hits * (idx.shape[1] / yb.shape[1])
-        if not bar.disable and (step % POSTFIX_EVERY == 0 or step == steps - 1):
-            seen = min((step + 1) * protocol.batch_size, n)
-            active, training = members.active, int(members.active.sum())
-            # networks x epochs per second: a pack's throughput, comparable across pack sizes
-            rate = training * (step + 1) / steps / max(time.perf_counter() - started, 1e-9)
-            bar.set_postfix(loss=f"{float((loss_sum / seen)[active].mean()):.3f}",
-                            acc=f"{float((correct / seen)[active].mean()):.3f}",
-                            networks=f"{training}/{members.count} active", net_epochs_per_s=f"{rate:.2f}")
+        position = (epoch - 1) * steps + step, protocol.epochs * steps
+        if loop.steps is None:
+            _step(loop, idx, *position)
+        else:
+            loop.steps(idx, *position)
     bar.close()
-    return loss_sum / n, correct / n
 
 
-def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Optimiser step ``step`` of ``total_steps`` on the batch ``idx`` (M or 1, B); returns the logits,
-    task loss and targets."""
+def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> None:
+    """Optimiser step ``step`` of ``total_steps`` on the batch ``idx`` (M or 1, B), adding its task
+    loss and correct predictions to the epoch's sums. Every tensor it writes outside autograd is
+    updated in place, and it reads nothing back to the host, so it can be captured in a CUDA graph."""
     method, model, members = loop.method, loop.model, loop.members
-    runs = len(loop.run_members)
+    runs = len(loop.order_gens) if method.joint else 1
     # (M, B, D), (M, B): each member its own batch. Joint methods: each run's members see the run's
     # batch; one run's is one (B, D) batch that the model broadcasts to its members.
-    if method.joint and runs > 1:
-        idx = idx.repeat_interleave(loop.run_members, dim=0)
+    if loop.run_rows is not None:
+        idx = idx.index_select(0, loop.run_rows)
     xb, yb = loop.data.train.gather(idx)
     if method.joint and runs == 1:
         xb, yb = xb[0], yb.expand(members.count, -1)
@@ -272,9 +285,10 @@ def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> tuple[
     if loop.scheduled:
         for group in loop.optimizer.param_groups:
             group["lr"] = loop.protocol.lr * method.lr_factor(step, total_steps)
-    logits = model(xb, dropout=True)
+    with step_autocast(loop.protocol.precision, loop.device):
+        logits = model(xb, dropout=True).float()  # bf16: the forward pass in bfloat16, the loss in fp32
     task = method.task_loss(logits, yb)
-    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs if method.joint else 1))
+    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs))
     # joint: each run one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
     task_weight = 1.0 / (members.count // runs) if method.joint else 1.0
     loss = task * task_weight if penalty is None else task * task_weight + penalty
@@ -284,27 +298,41 @@ def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> tuple[
     members.hold_stopped()
     with torch.no_grad():
         method.after_step(model, loop.state, step, total_steps)
-    return logits, task, yb
+        rows = idx.shape[1]
+        loop.loss_sum.add_(task.detach() * rows)
+        hits = (logits.argmax(-1) == yb).sum(dim=1)
+        # a method may train on more rows than the batch (MIMO's batch repetition): counted per batch row
+        loop.correct.add_(hits if yb.shape[1] == rows else hits * (rows / yb.shape[1]))
 
 
-def _end_epoch(loop: _Loop, epoch: int, epoch_loss: torch.Tensor, epoch_acc: torch.Tensor,
-               history: list[dict]) -> bool:
+def _end_epoch(loop: _Loop, epoch: int, history: list[dict], started: float) -> tuple[bool, str]:
     """After an epoch: stop non-finite members, checkpoint, record the history and stop the members
-    that reached the early-stop accuracy. Returns whether any member trains on."""
-    method, members, early_stop_acc = loop.method, loop.members, loop.protocol.early_stop_acc
+    that reached the early-stop accuracy, all as masks on the device; then the epoch's one read back
+    to the host. Returns whether any member trains on, and the epoch's summary for the progress bar."""
+    method, members, early_stop_acc, n = loop.method, loop.members, loop.protocol.early_stop_acc, len(loop.data.train)
+    epoch_loss, epoch_acc = loop.loss_sum / n, loop.correct / n
     members.stop_nonfinite(epoch_loss, epoch)
-    if members.all_stopped:
-        return False
     val_loss = validation_loss(method, loop.model, loop.data.val) if loop.data.val is not None else None
-    abs_mean = member_abs_mean(loop.model).tolist()
     if val_loss is not None and method.checkpoint != "none":
         members.checkpoint(method.checkpoint, method.checkpoint_threshold, val_loss, epoch)
-    for i, m in enumerate(loop.member_ids):
-        if members.active[i]:
-            history.append({"network": i, "epoch": epoch, "member": m, "train_loss": float(epoch_loss[i]),
-                            "train_acc": float(epoch_acc[i]),
-                            "val_loss": float(val_loss[i]) if val_loss is not None else float("nan"),
-                            "param_abs_mean": abs_mean[i]})
+    recorded = members.active.clone()  # the members that trained this epoch and stayed finite
     if early_stop_acc is not None and not method.fixed_schedule:
         members.stop(members.active & (members.per_unit(epoch_acc) >= early_stop_acc), epoch)
-    return not members.all_stopped
+    nan = torch.full_like(epoch_loss, float("nan"))
+    loss, acc, val, abs_mean, kept, active = torch.stack([  # the epoch's one read back to the host
+        epoch_loss, epoch_acc, nan if val_loss is None else val_loss, member_abs_mean(loop.model),
+        recorded.float(), members.active.float()]).tolist()
+    for i, m in enumerate(loop.member_ids):
+        if kept[i]:
+            history.append({"network": i, "epoch": epoch, "member": m, "train_loss": loss[i], "train_acc": acc[i],
+                            "val_loss": val[i], "param_abs_mean": abs_mean[i]})
+    members.holding = not all(active)
+    trained = [i for i, k in enumerate(kept) if k]
+    if not trained:
+        return any(active), ""
+    # networks x epochs per second: a pack's throughput, comparable across pack sizes
+    rate = len(trained) / max(time.perf_counter() - started, 1e-9)
+    summary = (f"last epoch: loss={sum(loss[i] for i in trained) / len(trained):.3f}, "
+               f"acc={sum(acc[i] for i in trained) / len(trained):.3f}, "
+               f"networks={int(sum(active))}/{members.count} active, net_epochs_per_s={rate:.2f}")
+    return any(active), summary

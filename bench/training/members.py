@@ -23,13 +23,13 @@ def has_member_axis(p: torch.Tensor, members: int) -> bool:
 @torch.no_grad()
 def finite_members(params: list[torch.Tensor], members: int) -> torch.Tensor:
     """(M,) bool: every parameter of the member is finite. A parameter without a member axis (shared)
-    counts for every member."""
+    counts for every member. Computed on the device: no host read."""
     ok = torch.ones(members, dtype=torch.bool, device=params[0].device)
     for p in params:
         if has_member_axis(p, members):
             ok &= torch.isfinite(p).reshape(members, -1).all(dim=1)
         else:
-            ok &= bool(torch.isfinite(p).all())
+            ok &= torch.isfinite(p).all()
     return ok
 
 
@@ -72,8 +72,10 @@ class Members:
     members still train (``active``), when each stopped, the frozen values of the stopped ones, and
     each member's checkpoint (the saved weights, their epoch and the best validation loss so far).
 
-    Jointly trained members (``unit``) are one model: checkpointed, stopped and frozen together, on
-    member means.
+    Every decision is a mask on the device, so an epoch runs without reading anything back to the
+    host; the loop reads the epoch's outcome once, at its end (``bench.training.loop``), and tells
+    the members whether any of them has stopped (``holding``). Jointly trained members (``unit``)
+    are one model: checkpointed, stopped and frozen together, on member means.
     """
 
     def __init__(self, params: list[torch.Tensor], count: int, epochs: int, unit: bool, device: torch.device,
@@ -83,11 +85,14 @@ class Members:
         # each run's members: consecutive on the member axis (a unit is one run's members)
         self.run_bounds = [(self.run_of.index(r), len(self.run_of) - self.run_of[::-1].index(r))
                            for r in dict.fromkeys(self.run_of)]
-        self.diverged: dict[int, int] = {}    # run -> the epoch it went non-finite without a checkpoint
+        self.run_index = torch.tensor(self.run_of, device=device)
         self.active = torch.ones(count, dtype=torch.bool, device=device)
-        self.epochs_run = [epochs] * count
-        self.nonfinite_epochs = [0] * count  # per member: the epoch its loss or weights went non-finite (0: never)
-        self.frozen: list[torch.Tensor] | None = None  # parameter snapshot holding stopped members' values
+        self.stopped_epoch = torch.full((count,), epochs, dtype=torch.long, device=device)  # epochs trained
+        self.nonfinite_epoch = torch.zeros(count, dtype=torch.long, device=device)  # 0: stayed finite
+        # per run: the epoch it went non-finite without a checkpoint (0: never)
+        self.diverged_epoch = torch.zeros(len(self.run_bounds), dtype=torch.long, device=device)
+        self.holding = False  # a host flag: some member has stopped, so steps restore the frozen values
+        self.frozen: list[torch.Tensor] | None = None  # the stopped members' values (others hold junk)
         self.saved: list[torch.Tensor] | None = None   # per-member checkpoint (members not yet saved hold junk)
         self.kept_epoch = torch.zeros(count, dtype=torch.long, device=device)
         self.best_val = torch.full((count,), float("inf"), device=device)
@@ -107,48 +112,43 @@ class Members:
             return torch.where(mask.all(), a, b)
         return per_member(torch.cat([mask[i:j].all().expand(j - i) for i, j in self.run_bounds]), a, b)
 
-    @property
-    def all_stopped(self) -> bool:
-        return not bool(self.active.any())
-
+    @torch.no_grad()
     def stop(self, mask: torch.Tensor, epoch: int, nonfinite: bool = False) -> None:
-        """Stop the members in ``mask`` after ``epoch`` and freeze their current weights."""
-        stopped = torch.nonzero(mask).flatten().tolist()
-        if not stopped:
-            return
-        for m in stopped:
-            self.epochs_run[m] = epoch
-            if nonfinite:
-                self.nonfinite_epochs[m] = epoch
-        self.active &= ~mask
-        self.frozen = [p.detach().clone() for p in self.params]
+        """Stop the active members in ``mask`` after ``epoch`` and freeze their current weights."""
+        newly = mask & self.active
+        self.stopped_epoch = torch.where(newly, epoch, self.stopped_epoch)
+        if nonfinite:
+            self.nonfinite_epoch = torch.where(newly, epoch, self.nonfinite_epoch)
+        self.active &= ~newly  # in place: a captured step reads this very tensor
+        if self.frozen is None:
+            self.frozen = [p.detach().clone() for p in self.params]
+        else:
+            for p, keep in zip(self.params, self.frozen):
+                keep.copy_(self.choose(newly, p, keep))
 
     @torch.no_grad()
     def hold_stopped(self) -> None:
         """Undo what an optimiser step did to the stopped members (Adam moves them on its momentum)."""
-        if self.frozen is not None:
+        if self.holding:
             for p, keep in zip(self.params, self.frozen):
                 p.copy_(self.choose(self.active, p, keep))
 
+    @torch.no_grad()
     def stop_nonfinite(self, epoch_loss: torch.Tensor, epoch: int) -> None:
         """Stop the members whose loss or weights went non-finite, back on their checkpoint (Keras'
         restore-on-checkpoint does the same). A run with such a member that has none (or whose
         members are one unit) diverged: all its members stop, and the other runs go on."""
         broken = self.active & ~(torch.isfinite(epoch_loss) & finite_members(self.params, self.count))
-        if not bool(broken.any()):
-            return
         saved = self.kept_epoch > 0 if self.saved is not None and not self.unit else torch.zeros_like(broken)
-        lost = {self.run_of[m] for m in torch.nonzero(broken & ~saved).flatten().tolist()}
-        in_lost = torch.tensor([r in lost for r in self.run_of], device=broken.device)
-        for run in lost:
-            self.diverged[run] = epoch
-        restore = broken & ~in_lost
-        if bool(restore.any()):
-            with torch.no_grad():
-                for p, keep in zip(self.params, self.saved):
-                    p.copy_(per_member(restore, keep, p))
-            self.stop(restore, epoch, nonfinite=True)
-        self.stop(self.active & in_lost, epoch)
+        lost_run = torch.zeros_like(self.diverged_epoch).index_add_(0, self.run_index, (broken & ~saved).long()) > 0
+        self.diverged_epoch = torch.where(lost_run & (self.diverged_epoch == 0), epoch, self.diverged_epoch)
+        in_lost = lost_run[self.run_index]
+        restore = broken & ~in_lost  # only members with a checkpoint: the others' runs are lost
+        if self.saved is not None and not self.unit:  # (a unit's members restore only as a whole: never)
+            for p, keep in zip(self.params, self.saved):
+                p.copy_(per_member(restore, keep, p))
+        self.stop(restore, epoch, nonfinite=True)
+        self.stop(in_lost, epoch)
 
     @torch.no_grad()
     def checkpoint(self, rule: str, threshold: float | None, val_loss: torch.Tensor, epoch: int) -> None:

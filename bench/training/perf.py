@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import time
 from pathlib import Path
 
@@ -119,20 +120,21 @@ def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 
     return result.seconds, load_seconds
 
 
-def time_pack(work: Work, root: Path, device: torch.device, networks: int) -> float:
+def time_pack(work: Work, root: Path, device: torch.device, networks: int, step: str = "auto") -> tuple[float, str]:
     """(e) one pack of ``networks`` one-member deep ensembles (seeds 0..networks-1) trained as one
-    stacked computation (bench.training.loop.train_pack). Returns the training seconds."""
+    stacked computation (bench.training.loop.train_pack), its steps run as ``step`` says. Returns the
+    training seconds and how the steps ran (eager or graph)."""
     protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
                               "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
                               "early_stop_acc": None})
     data = load_benchmark_data(protocol, root, download=False)
     methods = [DeepEnsemble(members=1)] * networks
     start = time.perf_counter()
-    train_pack([(m, seed) for seed, m in enumerate(methods)], packed_method(methods), protocol, data.train,
-               data.n_classes, progress=False, device=device)
+    results = train_pack([(m, seed) for seed, m in enumerate(methods)], packed_method(methods), protocol, data.train,
+                         data.n_classes, progress=False, device=device, step=step)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, results[0].step
 
 
 def time_pack_matmuls(work: Work, device: torch.device, networks: int, steps: int = 30) -> float:
@@ -163,7 +165,7 @@ def time_pack_matmuls(work: Work, device: torch.device, networks: int, steps: in
 
 
 def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, networks: list[int],
-                  log=print) -> pd.DataFrame:
+                  log=print, step: str = "auto") -> pd.DataFrame:
     """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this
     process; (f) beside it, the fraction that the pack's matmuls alone reach."""
     samples = len(dataset_class(work.dataset)(root=str(root), train=True, download=False))
@@ -172,15 +174,17 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
     # untimed: the first pack of a process pays the kernels' and the allocator's first-call costs
     # (on a GPU about a second, more than a whole small pack's epoch)
     log(f"warm-up: an untimed epoch of a pack of {min(networks)} networks ...")
-    time_pack(dataclasses.replace(work, epochs=1), root, device, min(networks))
+    time_pack(dataclasses.replace(work, epochs=1), root, device, min(networks), step)
     rows = []
+    steps_per_epoch = math.ceil(samples / work.batch_size)
     for n in networks:
         log(f"timing (e) a pack of {n} networks ...")
-        seconds = time_pack(work, root, device, n)
+        seconds, how = time_pack(work, root, device, n, step)
         flops = training_flops(dataclasses.replace(work, members=n), samples)
         step_flops = training_flops_per_sample(work.sizes()) * work.batch_size * n
         matmuls_only = step_flops / time_pack_matmuls(work, device, n) / 1e9
-        rows.append({"path": "pack", "networks": n, "train_seconds": seconds,
+        rows.append({"path": "pack", "networks": n, "step": how, "train_seconds": seconds,
+                     "step_ms": 1e3 * seconds / (steps_per_epoch * work.epochs),
                      "network_epochs_per_second": n * work.epochs / seconds, "train_tflop": flops / 1e12,
                      "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak,
                      "fraction_of_peak": flops / seconds / 1e9 / peak,
@@ -204,10 +208,11 @@ def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = (
 
 
 def format_pack_perf(table: pd.DataFrame) -> str:
-    lines = [f"{'networks':>8} {'train s':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} {'of peak':>8} {'matmuls alone':>14}"]
+    lines = [f"{'networks':>8} {'step':>6} {'train s':>8} {'ms/step':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} "
+             f"{'of peak':>8} {'matmuls alone':>14}"]
     for _, r in table.iterrows():
-        lines.append(f"{r['networks']:>8} {r['train_seconds']:>8.1f} {r['network_epochs_per_second']:>13.2f} "
-                     f"{r['achieved_gflops']:>8.1f} {r['fraction_of_peak']:>8.1%} "
+        lines.append(f"{r['networks']:>8} {str(r['step'])[:6]:>6} {r['train_seconds']:>8.1f} {r['step_ms']:>8.3f} "
+                     f"{r['network_epochs_per_second']:>13.2f} {r['achieved_gflops']:>8.1f} {r['fraction_of_peak']:>8.1%} "
                      f"{r['matmuls_only_fraction_of_peak']:>14.1%}")
     lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s (measured in this process); "
                  "matmuls alone: the pack's batched matmuls of one step, without anything around them")

@@ -1,0 +1,99 @@
+"""A training step captured once in a CUDA graph and replayed (``bench.training.loop``).
+
+On a GPU a pack's step is bound by kernel launches and Python, not arithmetic (a paper-MLP step
+costs 2-3 ms whether the pack holds 1 or 100 networks). A CUDA graph records the step's kernels
+once (forward, loss, penalty, backward, the fused Adam update, the stopped members' hold and the
+epoch sums) and replays them with one launch. The step reads its batch indices from a fixed input
+buffer; everything else it touches (parameters, Adam's state, the members' masks, the epoch sums)
+is updated in place, so each replay is the next step.
+
+* The first ``WARMUP_STEPS`` steps run eagerly on a side stream (lazy initialisations: cuBLAS
+  handles, Adam's state), then the graph is captured; capturing runs nothing, so every step of
+  training is computed exactly once.
+* One graph per (batch width, whether stopped members are held): the last batch of an epoch is
+  usually narrower, and holding starts when the first member stops.
+* A method's step is captured only when it says that it can be (``Method.capturable``), the
+  device is a GPU and ``--step`` is auto or graph. Anything else runs the same step eagerly; so does
+  every step after a capture that failed (with one warning).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+
+from methods.base import Method
+
+STEP_MODES = ("auto", "eager", "graph")
+WARMUP_STEPS = 3
+
+
+def capture_wanted(method: Method, device: torch.device, mode: str) -> bool:
+    """Whether the steps of ``method`` on ``device`` are replayed from CUDA graphs under ``--step
+    mode``: auto and graph capture a capturable method's steps on a GPU; eager never does.
+    (``--step graph`` where nothing can be captured is refused before training, in bench.config.)"""
+    return mode != "eager" and device.type == "cuda" and step_capturable(method)
+
+
+def step_capturable(method: Method) -> bool:
+    """A step that a CUDA graph can replay: the class says so, and it uses none of the hooks that run
+    host code per step (a learning-rate schedule, collection after the step, a batch of its own) and
+    no dropout (masks drawn per step)."""
+    cls = type(method)
+    return (cls.capturable_steps() and cls.lr_factor is Method.lr_factor and cls.after_step is Method.after_step
+            and cls.training_batch is Method.training_batch and method.dropout_rate == 0)
+
+
+class CapturedSteps:
+    """The loop's step, ``step(idx, position, total)``, replayed from CUDA graphs (see the module
+    docstring); ``members.holding`` picks the graph that holds stopped members."""
+
+    def __init__(self, step: Callable[[torch.Tensor, int, int], None], members):
+        self.step, self.members = step, members
+        self.graphs: dict[tuple[bool, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.pool = None          # one memory pool shared by the graphs (they never run at once)
+        self.eager = 0            # warm-up steps run so far
+        self.failed: str | None = None
+        self.stream = torch.cuda.Stream()
+
+    @property
+    def description(self) -> str:
+        """How the steps ran, for the record: graph, or eager after a failed capture and why."""
+        return "graph" if self.failed is None else f"eager (capture failed: {self.failed})"
+
+    def __call__(self, idx: torch.Tensor, position: int, total: int) -> None:
+        if self.failed is not None or self.eager < WARMUP_STEPS:
+            self._eager(idx, position, total)
+            return
+        key = (self.members.holding, idx.shape[1])
+        if key not in self.graphs and not self._capture(key, idx, position, total):
+            self._eager(idx, position, total)
+            return
+        graph, static_idx = self.graphs[key]
+        static_idx.copy_(idx)
+        graph.replay()
+
+    def _eager(self, idx: torch.Tensor, position: int, total: int) -> None:
+        """One step run eagerly, on the side stream while warming up (as CUDA graphs require)."""
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            self.step(idx, position, total)
+        torch.cuda.current_stream().wait_stream(self.stream)
+        self.eager += 1
+
+    def _capture(self, key: tuple[bool, int], idx: torch.Tensor, position: int, total: int) -> bool:
+        """Record the step for batches of idx's shape; False (and eager steps from now on) if it fails."""
+        static_idx = idx.clone()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                self.step(static_idx, position, total)
+        except Exception as exc:  # noqa: BLE001 - any capture error: train on, eagerly
+            self.failed = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"the training step could not be captured in a CUDA graph ({self.failed}); "
+                          "training goes on with eager steps", RuntimeWarning, stacklevel=2)
+            return False
+        self.pool = graph.pool()
+        self.graphs[key] = (graph, static_idx)
+        return True

@@ -1,0 +1,248 @@
+"""The device-resident epoch (bench.training.loop, bench.training.members): an epoch's steps read
+nothing back to the host and its end reads once; early stop, checkpoints, non-finite members and
+DARE's switch are masks; CUDA graphs replay the same steps (the CUDA tests skip without a GPU)."""
+import collections
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from bench import api
+from bench.config import make_protocol, make_run_config
+from bench.conformance import toy_split
+from bench.errors import ConfigError
+from bench.reporting.paper import compare_tables
+from bench.reporting.report import protocol_groups
+from bench.training import loop as training_loop
+from bench.training.graphs import capture_wanted, step_capturable
+from bench.training.loop import train, train_pack
+from bench.training.members import Members
+from bench.training.packs import packed_method
+from methods import REGISTRY
+from methods.dare import DARE, anti_regularizer
+from methods.deep_ensemble import DeepEnsemble
+
+# every torch call that copies a device value to the host (a GPU sync)
+HOST_READS = {"__bool__", "__float__", "__int__", "__index__", "item", "tolist", "nonzero", "cpu", "numpy",
+              "masked_select", "unique", "argwhere"}
+PROTOCOL = make_protocol({"hidden": (8,), "epochs": 3, "batch_size": 16, "early_stop_acc": 0.8, "val_size": 16})
+TRAIN, VAL = toy_split(64, 8, 3, seed=1, separation=3.0), toy_split(16, 8, 3, seed=2, separation=3.0)
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the host reads made inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in HOST_READS:
+            self.count[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def reads_per_phase(monkeypatch):
+    """[(phase, reads)] for every epoch's steps ("steps") and end ("end") of the training that follows."""
+    log = []
+
+    def counted(phase, fn):
+        def wrapper(*args, **kwargs):
+            with HostReads() as reads:
+                out = fn(*args, **kwargs)
+            log.append((phase, sum(reads.count.values())))
+            return out
+        return wrapper
+
+    monkeypatch.setattr(training_loop, "_train_epoch", counted("steps", training_loop._train_epoch))
+    monkeypatch.setattr(training_loop, "_end_epoch", counted("end", training_loop._end_epoch))
+    return log
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_methods_epoch_reads_back_once_at_its_end(name, reads_per_phase):
+    method = REGISTRY[name](**({"checkpoint": "best"} if REGISTRY[name].fixed_schedule is False else {}))
+    train(method, PROTOCOL, TRAIN, 3, seed=0, progress=False, val=VAL)
+    assert reads_per_phase and all(reads == (0 if phase == "steps" else 1) for phase, reads in reads_per_phase)
+
+
+def test_a_pack_with_stops_checkpoints_and_switches_reads_back_once_an_epoch(reads_per_phase):
+    methods = [DARE(members=2, threshold=t, checkpoint="last_below_threshold") for t in (0.05, 0.5, 5.0)]
+    protocol = make_protocol({"hidden": (8,), "epochs": 4, "batch_size": 16, "early_stop_acc": 0.6, "lr": 0.01,
+                              "val_size": 16})
+    results = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods), protocol, TRAIN, 3,
+                         progress=False, val=VAL)
+    assert {e for r in results for e in r.epochs_run} != {4}  # some member stopped early
+    assert all(reads == (0 if phase == "steps" else 1) for phase, reads in reads_per_phase)
+
+
+def params(values):
+    return [torch.tensor(values, dtype=torch.float32).reshape(len(values), 1)]
+
+
+def test_stop_records_the_epoch_and_the_stopped_members_hold_their_weights():
+    weights = params([1.0, 2.0, 3.0])
+    members = Members(weights, 3, 10, unit=False, device=torch.device("cpu"), run_of=[0, 0, 1])
+    active = members.active
+    members.stop(torch.tensor([False, True, False]), epoch=2)
+    assert members.active is active  # in place: a captured step reads this very tensor
+    assert members.active.tolist() == [True, False, True] and members.stopped_epoch.tolist() == [10, 2, 10]
+    members.stop(torch.tensor([False, True, True]), epoch=5)  # member 1 stopped already: its epoch stays
+    assert members.stopped_epoch.tolist() == [10, 2, 5]
+    weights[0] += 1.0  # an optimiser step moves every member
+    members.hold_stopped()
+    assert weights[0].flatten().tolist() == [2.0, 3.0, 4.0]  # not holding yet: the loop says when
+    members.holding = True
+    members.hold_stopped()
+    assert weights[0].flatten().tolist() == [2.0, 2.0, 3.0]  # the stopped ones back at their values
+
+
+def test_a_non_finite_member_goes_back_to_its_checkpoint_and_one_without_one_ends_its_run():
+    weights = params([1.0, 2.0, 3.0, 4.0])
+    members = Members(weights, 4, 10, unit=False, device=torch.device("cpu"), run_of=[0, 0, 1, 1])
+    members.checkpoint("best", None, torch.tensor([0.5, float("inf"), float("inf"), 0.5]), epoch=1)
+    assert members.kept_epoch.tolist() == [1, 0, 0, 1]  # inf is not below the best so far (inf)
+    weights[0].copy_(torch.tensor([[float("nan")], [2.5], [float("nan")], [4.5]]))
+    members.stop_nonfinite(torch.tensor([0.1, 0.1, 0.1, 0.1]), epoch=3)
+    assert members.diverged_epoch.tolist() == [0, 3]  # run 1: member 2 has no checkpoint
+    assert members.active.tolist() == [False, True, False, False]
+    assert members.nonfinite_epoch.tolist() == [3, 0, 0, 0] and members.stopped_epoch.tolist() == [3, 10, 3, 3]
+    assert weights[0][0].item() == 1.0  # member 0 restored to its epoch-1 checkpoint
+    members.stop_nonfinite(torch.tensor([0.1, float("nan"), 0.1, 0.1]), epoch=4)  # a non-finite loss counts too
+    assert members.diverged_epoch.tolist() == [4, 3] and not members.active.any()
+
+
+def test_checkpoint_rules_as_masks():
+    weights = params([1.0, 2.0])
+    members = Members(weights, 2, 10, unit=False, device=torch.device("cpu"))
+    for epoch, losses in enumerate(([0.4, 0.2], [0.3, 0.2], [0.35, 0.1]), start=1):
+        members.checkpoint("last_below_threshold", 0.3, torch.tensor(losses), epoch)
+    assert members.kept_epoch.tolist() == [2, 3]  # the last epoch whose loss <= 0.3
+    best = Members(params([1.0, 2.0]), 2, 10, unit=False, device=torch.device("cpu"))
+    for epoch, losses in enumerate(([0.4, 0.2], [0.3, 0.2], [0.35, 0.1]), start=1):
+        best.checkpoint("best", None, torch.tensor(losses), epoch)
+    assert best.kept_epoch.tolist() == [2, 3] and best.best_val.tolist() == pytest.approx([0.3, 0.1])
+
+
+def test_joint_members_decide_together_on_their_mean():
+    members = Members(params([1.0, 2.0, 3.0, 4.0]), 4, 10, unit=True, device=torch.device("cpu"), run_of=[0, 0, 1, 1])
+    accuracy = torch.tensor([0.9, 0.6, 0.95, 0.9])
+    members.stop(members.active & (members.per_unit(accuracy) >= 0.8), epoch=2)
+    assert members.active.tolist() == [True, True, False, False]  # run 0's mean is 0.75
+
+
+def test_dare_switch_with_a_threshold_per_network():
+    model = DeepEnsemble(members=3).build_model(0, [0, 1, 2], 4, (5,), 3, "torch")
+    task = torch.tensor([0.5, 0.5, 0.5])
+    dare = DARE(members=3, threshold=torch.tensor([0.1, 0.5, 1.0]))
+    penalty = dare.penalty(model, task, None)
+    regularizer = anti_regularizer(model.parameters())
+    assert penalty[0] == 0 and torch.equal(penalty[1:], -regularizer[1:])  # inclusive at tau
+
+
+def test_which_steps_are_captured():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not capture_wanted(DeepEnsemble(), cpu, "graph")  # never on the CPU
+    assert capture_wanted(DeepEnsemble(), cuda, "auto") and not capture_wanted(DeepEnsemble(), cuda, "eager")
+    assert {name for name, cls in REGISTRY.items() if step_capturable(cls())} == {
+        "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace"}
+    assert not step_capturable(REGISTRY["mc_dropout"]())  # dropout masks drawn per step
+
+
+def test_precision_is_part_of_a_runs_identity_only_when_not_fp32():
+    record = json.loads((Path(__file__).parent / "records/schema-2/records/d2f0b0ac2c7d.json").read_text())
+    config = record["config"]
+    rebuilt = make_run_config(config["method"], config["method_options"], make_protocol(config["protocol"]),
+                              config["seed"], config["preset"])
+    assert rebuilt.run_id == record["run_id"]  # ids made before the precision option hold
+    assert rebuilt.row()["precision"] == "fp32"
+    bf16 = make_run_config(config["method"], config["method_options"],
+                           make_protocol({**config["protocol"], "precision": "bf16"}), config["seed"], config["preset"])
+    assert bf16.run_id != rebuilt.run_id and bf16.row()["precision"] == "bf16"
+
+
+def test_tables_never_put_two_precisions_in_one_cell():
+    runs = pd.DataFrame({"id_dataset": ["mnist"] * 3, "ood_sets": ["fashion_mnist"] * 3, "preset": ["seed"] * 3,
+                         "precision": [None, "fp32", "bf16"], "run_id": ["a", "b", "c"]})
+    groups = protocol_groups(runs)
+    assert sorted(sorted(g.runs["run_id"]) for g in groups) == [["a", "b"], ["c"]]  # no value: an older fp32 record
+    assert any("precision=bf16" in g.label for g in groups)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"protocol": {"precision": "tf32"}}, "precision=tf32 is a CUDA GPU's matmul mode"),
+    ({"step": "graph"}, "--step graph replays CUDA graphs"),
+])
+def test_what_a_cpu_cannot_do_is_one_line_of_error(kwargs, message, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(ConfigError, match=message) as error:
+        api.plan("seed", ["deep_ensemble"], [0], out=tmp_path, device="cpu", **kwargs)
+    assert "\n" not in str(error.value)
+
+
+def test_bf16_trains_the_forward_pass_in_bfloat16_and_keeps_fp32_weights():
+    bf16 = make_protocol({"hidden": (8,), "epochs": 2, "batch_size": 16, "early_stop_acc": None, "val_size": 16,
+                          "precision": "bf16"})
+    fp32 = make_protocol({"hidden": (8,), "epochs": 2, "batch_size": 16, "early_stop_acc": None, "val_size": 16})
+    a = train(DeepEnsemble(members=2), bf16, TRAIN, 3, seed=0, progress=False, val=VAL)
+    b = train(DeepEnsemble(members=2), fp32, TRAIN, 3, seed=0, progress=False, val=VAL)
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in a.model.parameters())
+    assert not all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    assert abs(a.history[-1]["train_loss"] - b.history[-1]["train_loss"]) < 0.05  # the same training, rounded
+
+
+@CUDA
+def test_graph_replay_trains_bitwise_as_eager_steps():
+    methods = [DARE(members=2, threshold=t, checkpoint="best") for t in (0.1, 0.5)]
+    protocol = make_protocol({"hidden": (32, 32), "epochs": 4, "batch_size": 16, "early_stop_acc": 0.8,
+                              "val_size": 16})
+    kw = dict(progress=False, val=VAL, device="cuda")
+    graph = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods, "cuda"), protocol, TRAIN, 3,
+                       step="graph", **kw)
+    eager = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods, "cuda"), protocol, TRAIN, 3,
+                       step="eager", **kw)
+    assert [r.step for r in graph] == ["graph", "graph"] and [r.step for r in eager] == ["eager", "eager"]
+    for a, b in zip(graph, eager):
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+        assert a.history == b.history and a.epochs_run == b.epochs_run
+
+
+@CUDA
+@pytest.mark.parametrize("step", ["graph", "eager"])
+def test_an_epoch_on_the_gpu_never_waits_for_the_host(step, monkeypatch):
+    """After the first epoch (warm-up and capture), the steps of an epoch run under
+    torch.cuda.set_sync_debug_mode("error"): any host sync raises."""
+    epoch_fn = training_loop._train_epoch
+
+    def strict(loop, epoch, summary):
+        if epoch == 1:
+            return epoch_fn(loop, epoch, summary)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return epoch_fn(loop, epoch, summary)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(training_loop, "_train_epoch", strict)
+    methods = [DARE(members=2, threshold=0.3, checkpoint="best"), DARE(members=2, threshold=1.0, checkpoint="best")]
+    protocol = make_protocol({"hidden": (32,), "epochs": 3, "batch_size": 16, "early_stop_acc": None, "val_size": 16})
+    results = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods, "cuda"), protocol, TRAIN, 3,
+                         progress=False, val=VAL, device="cuda", step=step)
+    assert all(r.epochs_run == [3, 3] for r in results)
+
+
+def test_two_paper_tables_cell_by_cell():
+    keys = {"label": ["A", "A", "B"], "variant": ["a", "a", "b"], "quantity": ["ID accuracy", "AUROC vs mnist", "ID accuracy"]}
+    new = pd.DataFrame({**keys, "harness_mean": [90.0, 80.0, 70.0], "harness_std": [1.0, 1.0, 1.0], "harness_n": [10] * 3})
+    reference = pd.DataFrame({**keys, "harness_mean": [89.5, 82.0, None], "harness_std": [0.5, 1.5, None],
+                              "harness_n": [5] * 3})
+    table = compare_tables(new, reference)
+    assert table["diff"].tolist() == [0.5, -2.0]  # B has no reference mean: not compared
+    assert table["within_reference_sd"].tolist() == [True, False]  # |0.5| <= 0.5; |-2| > 1.5
