@@ -163,3 +163,15 @@ class StackedMLP(nn.Module):
                     h = F.dropout(h, self.dropout, training=True)
             h = member_linear(h, self.layer_weight(layer), bias, self.per_network_kernels)
         return h
+
+
+class MemberSlice:
+    """Members [a, b) of a stacked model as a penalty sees them (``bench.training.packs.MixedPack``):
+    their parameters are slices of the model's, so gradients flow back into the model."""
+
+    def __init__(self, model: nn.Module, a: int, b: int):
+        self.model, self.a, self.b = model, a, b
+        self.members = b - a
+
+    def parameters(self):
+        return iter([p[self.a:self.b] for p in self.model.parameters()])

@@ -92,6 +92,20 @@ def scaled_mse_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 TASK_LOSSES = {"ce": cross_entropy_loss, "mse": scaled_mse_loss}
 
 
+def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor,
+                    threshold: float | None) -> torch.Tensor:
+    """Which members' current weights replace their saved checkpoint after this epoch.
+
+    best: strictly lower than the best so far (ties keep the earlier epoch);
+    last_below_threshold: validation loss <= threshold (a later qualifying epoch replaces an earlier one).
+    """
+    if rule == "best":
+        return val_loss < best_so_far
+    if rule == "last_below_threshold":
+        return val_loss <= threshold
+    return torch.zeros_like(val_loss, dtype=torch.bool)
+
+
 @torch.no_grad()
 def forward_in_chunks(model: torch.nn.Module, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
     """A module's (M, N, K) outputs for x (N, D) or (M, N, D), in chunks of rows (bounded memory)."""
@@ -219,6 +233,24 @@ class Method:
     def checkpoint_threshold(self) -> float | None:
         """The validation-loss bound of checkpoint=last_below_threshold."""
         return None
+
+    @property
+    def takes_checkpoints(self) -> bool:
+        """Whether any network's weights are checkpointed (a rule other than none)."""
+        return self.checkpoint != "none"
+
+    def checkpoint_saves(self, val_loss: torch.Tensor, best_so_far: torch.Tensor) -> torch.Tensor:
+        """Which networks' current weights replace their checkpoint after an epoch, by the
+        ``checkpoint`` rule: (M,) bool from each network's validation loss and best loss so far."""
+        return checkpoint_mask(self.checkpoint, val_loss, best_so_far, self.checkpoint_threshold)
+
+    def capturable_step(self) -> bool:
+        """Whether the training step can be captured in a CUDA graph (bench.training.graphs): the class
+        says so (``capturable``), and it uses none of the hooks that run host code per step (a
+        learning-rate schedule, collection after the step, a batch of its own) and no dropout."""
+        cls = type(self)
+        return (cls.capturable_steps() and cls.lr_factor is Method.lr_factor and cls.after_step is Method.after_step
+                and cls.training_batch is Method.training_batch and self.dropout_rate == 0)
 
     def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The inputs and targets of one training step, from the loop's batch: x (M, B, D) and y (M, B),

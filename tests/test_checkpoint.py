@@ -5,7 +5,7 @@ import torch
 from bench.config import make_protocol
 from bench.conformance import toy_split
 from bench.training.loop import train
-from bench.training.members import checkpoint_mask
+from methods.base import checkpoint_mask
 from methods.dare import DARE
 from methods.deep_ensemble import DeepEnsemble
 

@@ -17,7 +17,7 @@ from bench.errors import ConfigError
 from bench.reporting.paper import compare_tables
 from bench.reporting.report import protocol_groups
 from bench.training import loop as training_loop
-from bench.training.graphs import capture_wanted, step_capturable
+from bench.training.graphs import capture_wanted
 from bench.training.loop import train, train_pack
 from bench.training.members import Members
 from bench.training.packs import packed_method
@@ -106,7 +106,8 @@ def test_stop_records_the_epoch_and_the_stopped_members_hold_their_weights():
 def test_a_non_finite_member_goes_back_to_its_checkpoint_and_one_without_one_ends_its_run():
     weights = params([1.0, 2.0, 3.0, 4.0])
     members = Members(weights, 4, 10, unit=False, device=torch.device("cpu"), run_of=[0, 0, 1, 1])
-    members.checkpoint("best", None, torch.tensor([0.5, float("inf"), float("inf"), 0.5]), epoch=1)
+    members.checkpoint(DeepEnsemble(checkpoint="best").checkpoint_saves,
+                       torch.tensor([0.5, float("inf"), float("inf"), 0.5]), epoch=1)
     assert members.kept_epoch.tolist() == [1, 0, 0, 1]  # inf is not below the best so far (inf)
     weights[0].copy_(torch.tensor([[float("nan")], [2.5], [float("nan")], [4.5]]))
     members.stop_nonfinite(torch.tensor([0.1, 0.1, 0.1, 0.1]), epoch=3)
@@ -122,11 +123,12 @@ def test_checkpoint_rules_as_masks():
     weights = params([1.0, 2.0])
     members = Members(weights, 2, 10, unit=False, device=torch.device("cpu"))
     for epoch, losses in enumerate(([0.4, 0.2], [0.3, 0.2], [0.35, 0.1]), start=1):
-        members.checkpoint("last_below_threshold", 0.3, torch.tensor(losses), epoch)
+        members.checkpoint(DARE(threshold=0.3, checkpoint="last_below_threshold").checkpoint_saves,
+                           torch.tensor(losses), epoch)
     assert members.kept_epoch.tolist() == [2, 3]  # the last epoch whose loss <= 0.3
     best = Members(params([1.0, 2.0]), 2, 10, unit=False, device=torch.device("cpu"))
     for epoch, losses in enumerate(([0.4, 0.2], [0.3, 0.2], [0.35, 0.1]), start=1):
-        best.checkpoint("best", None, torch.tensor(losses), epoch)
+        best.checkpoint(DeepEnsemble(checkpoint="best").checkpoint_saves, torch.tensor(losses), epoch)
     assert best.kept_epoch.tolist() == [2, 3] and best.best_val.tolist() == pytest.approx([0.3, 0.1])
 
 
@@ -150,9 +152,9 @@ def test_which_steps_are_captured():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert not capture_wanted(DeepEnsemble(), cpu, "graph")  # never on the CPU
     assert capture_wanted(DeepEnsemble(), cuda, "auto") and not capture_wanted(DeepEnsemble(), cuda, "eager")
-    assert {name for name, cls in REGISTRY.items() if step_capturable(cls())} == {
+    assert {name for name, cls in REGISTRY.items() if cls().capturable_step()} == {
         "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace"}
-    assert not step_capturable(REGISTRY["mc_dropout"]())  # dropout masks drawn per step
+    assert not REGISTRY["mc_dropout"]().capturable_step()  # dropout masks drawn per step
 
 
 def test_precision_is_part_of_a_runs_identity_only_when_not_fp32():

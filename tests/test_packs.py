@@ -168,10 +168,8 @@ def test_a_packed_grid_writes_the_records_of_the_run_by_run_grid(tiny_data, tmp_
                 assert packed[run_id][key] == value, key
     runs = pd.read_csv(tmp_path / "packed" / "runs.csv")
     assert set(pd.read_csv(tmp_path / "alone" / "runs.csv")["pack_runs"]) == {1}
-    # one split for both seeds (split_seed 0): each method's runs make one pack
-    assert runs.groupby("method")["pack_runs"].max().to_dict() == {"dare": 8, "deep_ensemble": 4, "single_network": 2}
-    assert runs.groupby("method")["pack_networks"].max().to_dict() == {"dare": 12, "deep_ensemble": 6,
-                                                                        "single_network": 2}
+    # one split for both seeds (split_seed 0): the three methods mix, and all 14 runs make one pack
+    assert set(runs["pack_runs"]) == {14} and set(runs["pack_networks"]) == {12 + 6 + 2}
 
 
 def test_a_grid_ends_with_its_efficiency_line_and_row(tiny_data, tmp_path, capsys):
@@ -199,7 +197,8 @@ def test_a_grid_ends_with_its_efficiency_line_and_row(tiny_data, tmp_path, capsy
 def test_packs_run_as_submitit_jobs_with_the_same_records(tiny_data, tmp_path):
     pytest.importorskip("submitit")
     grid = ["--data-dir", str(tiny_data), "--seeds", "0", "1", "--epochs", "1", "--val-size", "50", "--hidden", "8",
-            "--no-download", "--no-plots", "-q", "--methods", "deep_ensemble", "single_network", "-o", "members=2"]
+            "--no-download", "--no-plots", "-q", "--methods", "deep_ensemble", "single_network", "-o", "members=2",
+            "--pack-size", "4"]  # the methods mix; 4 networks: a pack of each method's runs
     assert main(["run", "--out", str(tmp_path / "here"), *grid]) == 0
     assert main(["run", "--out", str(tmp_path / "jobs"), *grid, "--submitit", str(tmp_path / "logs"),
                  "--submitit-cluster", "local", "--submitit-param", "timeout_min=10"]) == 0
@@ -315,7 +314,8 @@ def test_kill_9_mid_pack_loses_only_that_pack_and_the_same_command_resumes(tiny_
     plugin.write_text(SLOW_PLUGIN)
     command = [sys.executable, "-m", "bench", "run", "--plugin", str(plugin), "--methods", "deep_ensemble", "slow",
                "--seeds", "0", "1", "--data-dir", str(tiny_data), "--out", str(out), "--epochs", "2",
-               "--val-size", "50", "--hidden", "8", "--batch-size", "32", "--no-download", "--no-plots", "-q"]
+               "--val-size", "50", "--hidden", "8", "--batch-size", "32", "--no-download", "--no-plots", "-q",
+               "--pack-size", "6"]  # the two methods mix: a pack of each method's 6 networks
     root = Path(__file__).resolve().parent.parent
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)  # keep packages put on the path
     env = {**os.environ, "DARE_BENCH_TEST_MARKER": str(marker), "PYTHONPATH": path}
@@ -386,3 +386,38 @@ def test_auto_pack_size_is_capped_per_device_and_bounded_by_memory(monkeypatch):
     page, pages = 4096, 4 * network_bytes(paper) * 7 // 4096 + 1
     monkeypatch.setattr(os, "sysconf", lambda name: page if name == "SC_PAGE_SIZE" else pages)
     assert auto_pack_networks(paper, torch.device("cpu")) == 7
+
+
+MIXED = [(DeepEnsemble(members=2, checkpoint="best"), 0), (DeepEnsemble(members=1, loss="mse"), 1),
+         (REGISTRY["dare"](members=2, threshold=0.3, checkpoint="last_below_threshold"), 0),
+         (REGISTRY["dare"](members=1, threshold=1.0, checkpoint="last_below_threshold"), 1),
+         (REGISTRY["anchor_net"](members=2, sigma=0.1, lam=10.0), 0), (REGISTRY["single_network"](), 2),
+         (REGISTRY["laplace"](members=2), 3)]
+
+
+def test_a_mixed_pack_trains_each_run_as_it_trains_alone():
+    # DE (NLL) with checkpoints, DE (MSE), DARE with two thresholds, AnchorNet, a single network and
+    # a Laplace ensemble's training: one pack, each part's loss, penalty and checkpoint rule its own
+    methods = [m for m, _ in MIXED]
+    packed = train_pack(MIXED, packed_method(methods), PROTOCOL, TRAIN, 32, progress=False, val=VAL)
+    for (method, seed), result in zip(MIXED, packed):
+        assert_same(alone(method, seed), result)
+
+
+def test_methods_that_mix_share_packs_by_protocol():
+    protocol = make_protocol({"val_size": 10})
+    configs = [make_run_config(name, options, protocol, seed) for seed in (0, 1) for name, options in
+               (("deep_ensemble", {"members": 2}), ("mc_dropout", {}), ("dare", {"members": 2, "threshold": 0.3}),
+                ("deep_ensemble", {"members": 2, "loss": "mse"}), ("mod", {"members": 2}))]
+    configs.append(make_run_config("deep_ensemble", {"members": 2}, make_protocol({"val_size": 20}), 0))
+    packs = make_packs(configs, max_networks=50)
+    # each method's runs consecutive (a MixedPack's parts); joint methods and another protocol apart
+    assert [[(c.method, c.method_options.get("loss"), c.seed) for c in p] for p in packs] == [
+        [("deep_ensemble", "ce", 0), ("deep_ensemble", "ce", 1), ("dare", "ce", 0), ("dare", "ce", 1),
+         ("deep_ensemble", "mse", 0), ("deep_ensemble", "mse", 1)],
+        [("mc_dropout", None, 0)], [("mod", None, 0), ("mod", None, 1)], [("mc_dropout", None, 1)],
+        [("deep_ensemble", "ce", 0)]]
+    methods = [c.make_method() for c in packs[0]]
+    mixed = packed_method(methods)
+    assert [(type(m).__name__, a, b) for m, a, b in mixed.parts] == [
+        ("DeepEnsemble", 0, 4), ("DARE", 4, 8), ("DeepEnsemble", 8, 12)] and mixed.runs == (2, 2, 2)

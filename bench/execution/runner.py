@@ -105,7 +105,8 @@ def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progre
     networks = sum(m.n_networks for m in methods)
     return train_pack([(method, configs[i].seed) for i, method in bound], packed_method(methods, device),
                       first.protocol, [datas[i].train for i, _ in bound], data.n_classes, progress=progress,
-                      label=f"pack of {len(bound)} {first.method} runs ({networks} networks)", device=device,
+                      label=f"pack of {len(bound)} {'/'.join(dict.fromkeys(configs[i].method for i, _ in bound))} runs "
+                      f"({networks} networks)", device=device,
                       val=[datas[i].val for i, _ in bound], step=execution.step)
 
 

@@ -12,7 +12,7 @@ is updated in place, so each replay is the next step.
   training is computed exactly once.
 * One graph per (batch width, whether stopped members are held): the last batch of an epoch is
   usually narrower, and holding starts when the first member stops.
-* A method's step is captured only when it says that it can be (``Method.capturable``), the
+* A method's step is captured only when it can be (``Method.capturable_step``), the
   device is a GPU and ``--step`` is auto or graph. Anything else runs the same step eagerly; so does
   every step after a capture that failed (with one warning).
 """
@@ -31,18 +31,9 @@ WARMUP_STEPS = 3
 
 def capture_wanted(method: Method, device: torch.device, mode: str) -> bool:
     """Whether the steps of ``method`` on ``device`` are replayed from CUDA graphs under ``--step
-    mode``: auto and graph capture a capturable method's steps on a GPU; eager never does.
-    (``--step graph`` where nothing can be captured is refused before training, in bench.config.)"""
-    return mode != "eager" and device.type == "cuda" and step_capturable(method)
-
-
-def step_capturable(method: Method) -> bool:
-    """A step that a CUDA graph can replay: the class says so, and it uses none of the hooks that run
-    host code per step (a learning-rate schedule, collection after the step, a batch of its own) and
-    no dropout (masks drawn per step)."""
-    cls = type(method)
-    return (cls.capturable_steps() and cls.lr_factor is Method.lr_factor and cls.after_step is Method.after_step
-            and cls.training_batch is Method.training_batch and method.dropout_rate == 0)
+    mode``: auto and graph capture a capturable step (``Method.capturable_step``) on a GPU; eager
+    never does. (``--step graph`` without a GPU is refused before training: Execution.check_device.)"""
+    return mode != "eager" and device.type == "cuda" and method.capturable_step()
 
 
 class CapturedSteps:

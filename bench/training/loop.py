@@ -313,8 +313,8 @@ def _end_epoch(loop: _Loop, epoch: int, history: list[dict], started: float) -> 
     epoch_loss, epoch_acc = loop.loss_sum / n, loop.correct / n
     members.stop_nonfinite(epoch_loss, epoch)
     val_loss = validation_loss(method, loop.model, loop.data.val) if loop.data.val is not None else None
-    if val_loss is not None and method.checkpoint != "none":
-        members.checkpoint(method.checkpoint, method.checkpoint_threshold, val_loss, epoch)
+    if val_loss is not None and method.takes_checkpoints:
+        members.checkpoint(method.checkpoint_saves, val_loss, epoch)
     recorded = members.active.clone()  # the members that trained this epoch and stayed finite
     if early_stop_acc is not None and not method.fixed_schedule:
         members.stop(members.active & (members.per_unit(epoch_acc) >= early_stop_acc), epoch)

@@ -6,6 +6,8 @@ non-finite. Jointly trained members are one unit and decide together.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 
@@ -51,20 +53,6 @@ def member_abs_mean(model: torch.nn.Module) -> torch.Tensor:
             total += p.abs().sum(dtype=torch.float64)
             count += p.numel()
     return (total / count).float()
-
-
-def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor,
-                    threshold: float | None) -> torch.Tensor:
-    """Which members' current weights replace their saved checkpoint after this epoch.
-
-    best: strictly lower than the best so far (ties keep the earlier epoch);
-    last_below_threshold: validation loss <= threshold (a later qualifying epoch replaces an earlier one).
-    """
-    if rule == "best":
-        return val_loss < best_so_far
-    if rule == "last_below_threshold":
-        return val_loss <= threshold
-    return torch.zeros_like(val_loss, dtype=torch.bool)
 
 
 class Members:
@@ -151,10 +139,12 @@ class Members:
         self.stop(in_lost, epoch)
 
     @torch.no_grad()
-    def checkpoint(self, rule: str, threshold: float | None, val_loss: torch.Tensor, epoch: int) -> None:
-        """Save the current weights of the active members that ``rule`` picks after ``epoch``."""
+    def checkpoint(self, saves: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], val_loss: torch.Tensor,
+                   epoch: int) -> None:
+        """Save the current weights of the active members that ``saves(val_loss, best so far)`` picks
+        after ``epoch`` (``Method.checkpoint_saves``: the method's rule, per network)."""
         decide = self.per_unit(val_loss)
-        save = checkpoint_mask(rule, decide, self.best_val, threshold) & self.active
+        save = saves(decide, self.best_val) & self.active
         if self.saved is None:
             self.saved = [p.detach().clone() for p in self.params]
         for p, keep in zip(self.params, self.saved):

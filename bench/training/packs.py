@@ -22,7 +22,9 @@ from typing import Any
 import torch
 
 from bench.config import Execution, Protocol, RunConfig
+from bench.models import MemberSlice
 from methods import Method
+from methods.base import Batch
 
 # --pack-size auto never packs more networks than this. On the CPU, measured on the paper MLP (2
 # threads, one step of 5-member runs): a deep ensemble trains 6.5 network-epochs/s in packs of 25
@@ -34,8 +36,18 @@ MAX_AUTO_NETWORKS = {"cpu": 50, "cuda": 400}
 AUTO_MEMORY_SHARE = 0.25     # of the device's memory
 
 
-def pack_key(config: RunConfig) -> tuple | None:
-    """What runs must share to pack together; None for a run that trains alone."""
+def mixes(method: Method) -> bool:
+    """Whether runs of this method may share a pack with runs of other methods (a mixed pack): a
+    packable method of independent members on the stacked MLP whose step is the loop's own (its task
+    loss and penalty are computed on its own networks' part of the pack: ``MixedPack``)."""
+    cls = type(method)
+    return (cls.packs_runs() and not cls.joint and not cls.fixed_schedule and method.dropout_rate == 0
+            and all(getattr(cls, hook) is getattr(Method, hook)
+                    for hook in ("build_model", "training_batch", "lr_factor", "after_step")))
+
+
+def part_key(config: RunConfig) -> tuple | None:
+    """What runs of one method must share to pack together; None for a run that trains alone."""
     method = config.make_method()
     if not method.packs_runs():
         return None
@@ -43,6 +55,13 @@ def pack_key(config: RunConfig) -> tuple | None:
     fixed = {k: v for k, v in config.method_options.items() if k not in loose}
     unset = tuple(k for k in method.pack_options if config.method_options.get(k) is None)
     return config.method, json.dumps(fixed, sort_keys=True, default=str), unset, config.protocol
+
+
+def pack_key(config: RunConfig) -> tuple | None:
+    """What runs must share to pack together (None: the run trains alone): runs of methods that mix
+    need only the protocol (the architecture and the batch schedule); others, their ``part_key``."""
+    key = part_key(config)
+    return ("mixed", config.protocol) if key is not None and mixes(config.make_method()) else key
 
 
 def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConfig]]:
@@ -54,6 +73,10 @@ def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConf
         groups.setdefault(("alone", i) if key is None else key, []).append(config)
     packs = []
     for group in groups.values():
+        parts: dict[Any, list[RunConfig]] = {}  # a mixed pack: each method's runs together (MixedPack's parts)
+        for config in group:
+            parts.setdefault(part_key(config), []).append(config)
+        group = [config for part in parts.values() for config in part]
         pack, size = [], 0
         for config in group:
             n = config.make_method().n_networks
@@ -68,7 +91,33 @@ def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConf
 
 def packed_method(methods: list[Method], device: torch.device | str = "cpu") -> Method:
     """The runs' method for the training loop: the first run's, with each pack option whose value
-    differs between the runs as a per-network float32 tensor."""
+    differs between the runs as a per-network float32 tensor; for the runs of several methods (a
+    mixed pack, each method's runs consecutive), a MixedPack of each method's runs so made."""
+    parts: list[list[Method]] = []
+    for method in methods:
+        if parts and _same_part(parts[-1][0], method):
+            parts[-1].append(method)
+        else:
+            parts.append([method])
+    if len(parts) > 1:
+        bounds = [0]
+        for part in parts:
+            bounds.append(bounds[-1] + sum(m.n_networks for m in part))
+        return MixedPack(parts=tuple((_packed_part(part, device), a, b) for part, a, b in zip(parts, bounds, bounds[1:])),
+                         runs=tuple(len(part) for part in parts))
+    return _packed_part(methods, device)
+
+
+def _same_part(a: Method, b: Method) -> bool:
+    """Whether two runs' methods are one part of a pack: one class, every option alike but the pack
+    options and the member count."""
+    if type(a) is not type(b):
+        return False
+    loose = {*a.pack_options, "members"}
+    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in loose)
+
+
+def _packed_part(methods: list[Method], device: torch.device | str) -> Method:
     first = methods[0]
     if len(methods) == 1:
         return first
@@ -80,6 +129,49 @@ def packed_method(methods: list[Method], device: torch.device | str = "cpu") -> 
             per_network = [float(v) for v, n in zip(values, networks) for _ in range(n)]
             changes[name] = torch.tensor(per_network, dtype=torch.float32, device=device)
     return dataclasses.replace(first, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedPack(Method):
+    """The training objective of a pack of several methods' runs (``mixes``): ``parts`` holds each
+    method (its runs' ``packed_method``) and its networks' range [a, b) of the member axis. Each part's
+    task loss, penalty and checkpoint rule are computed on its own networks (a penalty sees a
+    ``MemberSlice`` of the model), so each network trains as in a pack of its own method."""
+    parts: tuple[tuple[Method, int, int], ...] = ()
+    runs: tuple[int, ...] = ()  # each part's runs
+
+    @property
+    def n_networks(self) -> int:
+        return self.parts[-1][2]
+
+    def task_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m.task_loss(logits[a:b], targets[a:b]) for m, a, b in self.parts])
+
+    def penalty(self, model, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor | None:
+        terms = []
+        for (m, a, b), state in zip(self.parts, batch.state):
+            part = Batch(batch.x[a:b], batch.y[a:b], batch.logits[a:b], state)
+            term = m.penalty(MemberSlice(model, a, b), task_loss[a:b], part)
+            terms.append(torch.zeros_like(task_loss[a:b]) if term is None else term)
+        return torch.cat(terms)
+
+    def stack_states(self, states: list[Any]) -> list[Any]:
+        """Each part's runs' states, stacked by the part's method (runs in the parts' order)."""
+        out, first = [], 0
+        for (m, _, _), runs in zip(self.parts, self.runs):
+            out.append(m.stack_states(states[first:first + runs]) if runs > 1 else states[first])
+            first += runs
+        return out
+
+    @property
+    def takes_checkpoints(self) -> bool:
+        return any(m.takes_checkpoints for m, _, _ in self.parts)
+
+    def checkpoint_saves(self, val_loss: torch.Tensor, best_so_far: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m.checkpoint_saves(val_loss[a:b], best_so_far[a:b]) for m, a, b in self.parts])
+
+    def capturable_step(self) -> bool:
+        return all(m.capturable_step() for m, _, _ in self.parts)
 
 
 def pack_limit(execution: Execution, protocols: list[Protocol]) -> int:
