@@ -7,6 +7,7 @@ MC dropout with one member) shares this one model and one training loop.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -153,13 +154,18 @@ class StackedMLP(nn.Module):
         """The (members, in, out) weight that layer ``layer`` applies; a subclass may constrain it."""
         return self.weights[layer]
 
-    def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        """x: (N, in) shared by all members, or (members, N, in). Returns logits (members, N, out)."""
+    def forward(self, x: torch.Tensor, dropout: bool | Callable[[int, torch.Tensor], torch.Tensor] = False) -> torch.Tensor:
+        """x: (N, in) shared by all members, or (members, N, in). Returns logits (members, N, out).
+        dropout: False; True (torch's dropout at the model's rate, from torch's global generator); or
+        a function (layer, h) -> h that drops hidden activations its own way (MC dropout's
+        per-network masks in training)."""
         h = x
         for layer, bias in enumerate(self.biases):
             if layer > 0:
                 h = torch.relu(h)
-                if dropout and self.dropout > 0:
+                if callable(dropout):
+                    h = dropout(layer, h)
+                elif dropout and self.dropout > 0:
                     h = F.dropout(h, self.dropout, training=True)
             h = member_linear(h, self.layer_weight(layer), bias, self.per_network_kernels)
         return h

@@ -8,12 +8,37 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-STREAMS = {"init": 0, "data_order": 1, "method": 2}  # method: a method's own draws (e.g. anchors)
+STREAMS = {"init": 0, "data_order": 1, "method": 2, "dropout": 3}  # method: a method's own draws (e.g. anchors)
+# splitmix64's constants as signed int64 (torch has no uint64 arithmetic; int64 products wrap alike)
+GAMMA, MIX1, MIX2 = -7046029254386353131, -4658895280553007687, -7723592293110705685
+
+
+def member_seed(seed: int, member: int, stream: str) -> int:
+    """The 63-bit seed of stream ``stream`` of member ``member`` of the run with seed ``seed``."""
+    state = np.random.SeedSequence([seed, member, STREAMS[stream]]).generate_state(1, dtype=np.uint64)[0]
+    return int(state) & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def member_generator(seed: int, member: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
     """The generator of stream ``stream`` of member ``member`` of the run with seed ``seed``, on
     ``device``. The same seed gives the same draws on every CPU; a CUDA generator draws its own
     (reproducible) numbers."""
-    state = np.random.SeedSequence([seed, member, STREAMS[stream]]).generate_state(1, dtype=np.uint64)[0]
-    return torch.Generator(device=device).manual_seed(int(state) & 0x7FFF_FFFF_FFFF_FFFF)
+    return torch.Generator(device=device).manual_seed(member_seed(seed, member, stream))
+
+
+def _mix(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (products wrap; shifts made logical by masking)."""
+    z = (z ^ ((z >> 30) & 0x3_FFFF_FFFF)) * MIX1
+    z = (z ^ ((z >> 27) & 0x1F_FFFF_FFFF)) * MIX2
+    return z ^ ((z >> 31) & 0x1_FFFF_FFFF)
+
+
+def counter_uniform(seeds: torch.Tensor, counter: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Uniform float32 numbers in [0, 1), (M, *shape): row m a function of (seeds[m], counter, the
+    element's position) alone, by a counter-based hash (splitmix64). No generator state: the same
+    numbers on every device, whatever else is computed beside them, and a CUDA graph can replay it
+    (``counter`` is a tensor the caller advances in place)."""
+    key = _mix(seeds.view(-1, *[1] * len(shape)) ^ _mix(counter))
+    position = torch.arange(1, 1 + int(np.prod(shape)), device=seeds.device, dtype=torch.long).view(shape)
+    bits = (_mix(key + position * GAMMA) >> 40) & 0xFF_FFFF  # the top 24 bits: exact in float32
+    return bits.float() * 2.0 ** -24

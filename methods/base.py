@@ -107,8 +107,9 @@ def checkpoint_mask(rule: str, val_loss: torch.Tensor, best_so_far: torch.Tensor
 
 
 @torch.no_grad()
-def forward_in_chunks(model: torch.nn.Module, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-    """A module's (M, N, K) outputs for x (N, D) or (M, N, D), in chunks of rows (bounded memory)."""
+def forward_in_chunks(model: torch.nn.Module, x: torch.Tensor, dropout: Any = False) -> torch.Tensor:
+    """A module's (M, N, K) outputs for x (N, D) or (M, N, D), in chunks of rows (bounded memory);
+    ``dropout`` as the module's forward takes it."""
     return torch.cat([model(chunk, dropout=dropout) for chunk in x.split(PREDICT_CHUNK, dim=-2)], dim=1)
 
 
@@ -247,15 +248,23 @@ class Method:
     def capturable_step(self) -> bool:
         """Whether the training step can be captured in a CUDA graph (bench.training.graphs): the class
         says so (``capturable``), and it uses none of the hooks that run host code per step (a
-        learning-rate schedule, collection after the step, a batch of its own) and no dropout."""
+        learning-rate schedule, collection after the step, a batch of its own) and no dropout drawn
+        from torch's generator (a method with its own ``training_forward`` draws its masks itself)."""
         cls = type(self)
         return (cls.capturable_steps() and cls.lr_factor is Method.lr_factor and cls.after_step is Method.after_step
-                and cls.training_batch is Method.training_batch and self.dropout_rate == 0)
+                and cls.training_batch is Method.training_batch
+                and (self.dropout_rate == 0 or cls.training_forward is not Method.training_forward))
 
     def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The inputs and targets of one training step, from the loop's batch: x (M, B, D) and y (M, B),
         or for a joint run x (B, D) shared and y (M, B). Default: as they are."""
         return x, y
+
+    def training_forward(self, model: StackedMLP, x: torch.Tensor, state: Any) -> torch.Tensor:
+        """The model's outputs on a training batch (``training_batch``'s x). Default: with dropout,
+        ``model(x, dropout=True)``; a method may drop activations its own way (MC dropout's
+        per-network masks) and keep the draws' counter in ``state``."""
+        return model(x, dropout=True)
 
     def lr_factor(self, step: int, total_steps: int) -> float:
         """The protocol's learning rate is multiplied by this for optimiser step ``step`` (0-based) of
@@ -281,7 +290,7 @@ class Method:
         return model
 
     @torch.no_grad()
-    def logits(self, model: StackedMLP, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+    def logits(self, model: StackedMLP, x: torch.Tensor, dropout: Any = False) -> torch.Tensor:
         """(S, N, K) logits of the predictive model's members for x (N, D), or x (M, N, D), each
         member its own rows; divided by the trained model's fitted temperature once ``post_fit``
         has fitted one."""

@@ -3,12 +3,34 @@ stochastic passes with dropout active are treated like ensemble members."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from bench.models import StackedMLP
 from bench.options import option, parse_float, parse_int
+from bench.seeding import counter_uniform, member_seed
 from methods.base import Method
+
+
+class DropoutMasks:
+    """Training-time dropout with a mask per network, from a counter-based hash of (the network's
+    dropout seed, the step, the layer, the element) (``bench.seeding.counter_uniform``): a network's
+    masks do not depend on what trains beside it, so runs pack, and no generator state is touched,
+    so a CUDA graph can replay the step. ``rates`` per network; ``step`` advances in place."""
+
+    def __init__(self, seeds: torch.Tensor, rates: torch.Tensor, step: torch.Tensor | None = None):
+        self.seeds, self.rates = seeds, rates
+        self.step = torch.zeros((), dtype=torch.long, device=seeds.device) if step is None else step
+        self.scale = (1.0 / (1.0 - rates)).view(-1, 1, 1)  # inverted dropout, as torch's: kept / (1 - p)
+
+    def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        uniform = counter_uniform(self.seeds, self.step * 64 + layer, tuple(h.shape[1:]))
+        return h * ((uniform >= self.rates.view(-1, 1, 1)).to(h.dtype) * self.scale)
+
+    def advance(self) -> None:
+        self.step.add_(1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +41,10 @@ class MCDropout(Method):
     # one every metric reads
     temperature_unsupported = ("its predictions are stochastic passes, and the temperature is fitted on "
                                "dropout-free logits")
+    # training masks per network (DropoutMasks): runs pack across seeds and rates, and the step is captured
+    packable = True
+    capturable = True
+    pack_options = ("dropout",)
 
     dropout: float = option(0.2, parse=parse_float, check=lambda v: 0 <= v < 1,
                             allowed="a number in [0, 1)", help="dropout rate on hidden activations")
@@ -37,6 +63,23 @@ class MCDropout(Method):
     def dropout_rate(self) -> float:
         return self.dropout
 
+    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> DropoutMasks:
+        device = next(model.parameters()).device
+        seeds = torch.tensor([member_seed(seed, m, "dropout") for m in member_ids], device=device)
+        return DropoutMasks(seeds, torch.full((len(member_ids),), float(self.dropout), device=device))
+
+    def stack_states(self, states: list[DropoutMasks]) -> DropoutMasks:
+        return DropoutMasks(torch.cat([s.seeds for s in states]), torch.cat([s.rates for s in states]))
+
+    def training_forward(self, model: StackedMLP, x: torch.Tensor, state: Any) -> torch.Tensor:
+        out = model(x, dropout=state)
+        state.advance()
+        return out
+
+    def test_dropout(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """Test-time dropout at this run's rate, from torch's global generator."""
+        return F.dropout(h, self.dropout, training=True)
+
     def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
-        # dropout=True on purpose: these are the T stochastic passes, (T, N, K)
-        return torch.cat([self.logits(model, x, dropout=True) for _ in range(self.passes)]).softmax(dim=-1)
+        # the T stochastic passes, (T, N, K)
+        return torch.cat([self.logits(model, x, dropout=self.test_dropout) for _ in range(self.passes)]).softmax(dim=-1)

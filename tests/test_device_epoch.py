@@ -153,8 +153,7 @@ def test_which_steps_are_captured():
     assert not capture_wanted(DeepEnsemble(), cpu, "graph")  # never on the CPU
     assert capture_wanted(DeepEnsemble(), cuda, "auto") and not capture_wanted(DeepEnsemble(), cuda, "eager")
     assert {name for name, cls in REGISTRY.items() if cls().capturable_step()} == {
-        "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace"}
-    assert not REGISTRY["mc_dropout"]().capturable_step()  # dropout masks drawn per step
+        "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace", "mc_dropout"}
 
 
 def test_precision_is_part_of_a_runs_identity_only_when_not_fp32():
@@ -248,3 +247,37 @@ def test_two_paper_tables_cell_by_cell():
     table = compare_tables(new, reference)
     assert table["diff"].tolist() == [0.5, -2.0]  # B has no reference mean: not compared
     assert table["within_reference_sd"].tolist() == [True, False]  # |0.5| <= 0.5; |-2| > 1.5
+
+
+def splitmix_reference(z: int) -> int:
+    """splitmix64's finaliser in Python's exact integers, modulo 2^64."""
+    m = (1 << 64) - 1
+    z &= m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def test_counter_uniforms_are_splitmix64_bit_for_bit():
+    from bench.seeding import counter_uniform
+    seeds, counter = [1, (1 << 62) + 5], 3
+    got = counter_uniform(torch.tensor(seeds), torch.tensor(counter), (2, 3))
+    for row, seed in enumerate(seeds):
+        key = splitmix_reference(seed ^ splitmix_reference(counter))
+        for position in range(1, 7):
+            bits = splitmix_reference(key + position * 0x9E3779B97F4A7C15) >> 40
+            assert got[row].flatten()[position - 1].item() == bits / 2 ** 24
+
+
+def test_mc_dropout_masks_drop_at_each_networks_rate_and_change_every_step():
+    from methods.mc_dropout import DropoutMasks
+    masks = DropoutMasks(torch.tensor([11, 12]), torch.tensor([0.2, 0.5]))
+    h = torch.ones(2, 500, 200)
+    first = masks(1, h)
+    assert set(first[0].unique().tolist()) == {0.0, 1.25} and set(first[1].unique().tolist()) == {0.0, 2.0}
+    dropped = (first == 0).float().mean(dim=(1, 2))
+    assert dropped.tolist() == pytest.approx([0.2, 0.5], abs=0.01)
+    assert not torch.equal(masks(2, h), first)  # another layer, other masks
+    assert torch.equal(masks(1, h), first)       # the same step and layer: the same masks
+    masks.advance()
+    assert not torch.equal(masks(1, h), first)

@@ -50,6 +50,7 @@ def assert_same(a, b):
     ("anchor_net", [({"members": 2, "sigma": 0.1, "lam": 10.0}, 0), ({"members": 2, "sigma": 1.0, "lam": 0.1}, 1)]),
     ("single_network", [({}, 0), ({}, 1), ({}, 2)]),
     ("laplace", [({"members": 2}, 0), ({"members": 3}, 1)]),
+    ("mc_dropout", [({"dropout": 0.2}, 0), ({"dropout": 0.5}, 1), ({"dropout": 0.2}, 2)]),
 ])
 def test_a_pack_trains_each_run_as_it_trains_alone(name, runs):
     cls = REGISTRY[name]
@@ -98,15 +99,15 @@ def test_runs_pack_by_method_protocol_and_fixed_options_across_seeds_and_splits(
                 make_run_config("mod", {"members": 2, "lam": 0.1}, protocol, 0),
                 make_run_config("mod", {"members": 2, "lam": 1.0}, protocol, 1),
                 make_run_config("mod", {"members": 3}, protocol, 0),
-                make_run_config("mc_dropout", {}, protocol, 0)]
+                make_run_config("batch_ensemble", {}, protocol, 0)]
     packs = make_packs(configs, max_networks=16)
     # seeds 0 and 1 pack although their splits differ; loss=mse is another pack; a joint method packs
-    # runs of equal member counts only; MC dropout (torch's global generator) trains alone
+    # runs of equal member counts only; BatchEnsemble (members share weights) trains alone
     assert [[(c.seed, c.method_options["members"], c.method_options["threshold"]) for c in p] for p in packs[:2]] == [
         [(0, 1, 0.1), (0, 1, 0.3), (0, 3, 0.1), (0, 3, 0.3), (1, 1, 0.1), (1, 1, 0.3), (1, 3, 0.1), (1, 3, 0.3)],
         [(0, 2, 0.1)]]
     assert [[(c.method, c.seed, c.make_method().n_networks) for c in p] for p in packs[2:]] == [
-        [("mod", 0, 2), ("mod", 1, 2)], [("mod", 0, 3)], [("mc_dropout", 0, 1)]]
+        [("mod", 0, 2), ("mod", 1, 2)], [("mod", 0, 3)], [("batch_ensemble", 0, 4)]]
     assert pack_key(configs[-1]) is None
     assert [len(p) for p in make_packs(configs[:4], max_networks=5)] == [3, 1]  # 1 + 1 + 3 networks, then 3
     assert [len(p) for p in make_packs(configs[:4], max_networks=1)] == [1, 1, 1, 1]
@@ -273,11 +274,11 @@ def test_packable_is_declared_by_a_class_not_inherited():
         pass
 
     assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network", "mod",
-                                               "negcorr", "rde")] == [True] * 7
-    assert not Coupled.packs_runs() and not REGISTRY["mc_dropout"].packs_runs()
+                                               "negcorr", "rde", "mc_dropout")] == [True] * 8
+    assert not Coupled.packs_runs()
     assert not REGISTRY["batch_ensemble"].packs_runs() and not REGISTRY["packed_ensemble"].packs_runs()
     protocol = make_protocol({"val_size": 10})
-    assert pack_key(make_run_config("mc_dropout", {}, protocol, 0)) is None
+    assert pack_key(make_run_config("batch_ensemble", {}, protocol, 0)) is None
 
 
 SLOW_PLUGIN = '''
@@ -411,11 +412,12 @@ def test_methods_that_mix_share_packs_by_protocol():
                 ("deep_ensemble", {"members": 2, "loss": "mse"}), ("mod", {"members": 2}))]
     configs.append(make_run_config("deep_ensemble", {"members": 2}, make_protocol({"val_size": 20}), 0))
     packs = make_packs(configs, max_networks=50)
-    # each method's runs consecutive (a MixedPack's parts); joint methods and another protocol apart
+    # each method's runs consecutive (a MixedPack's parts); MC dropout (its dropout), joint methods and
+    # another protocol apart
     assert [[(c.method, c.method_options.get("loss"), c.seed) for c in p] for p in packs] == [
         [("deep_ensemble", "ce", 0), ("deep_ensemble", "ce", 1), ("dare", "ce", 0), ("dare", "ce", 1),
          ("deep_ensemble", "mse", 0), ("deep_ensemble", "mse", 1)],
-        [("mc_dropout", None, 0)], [("mod", None, 0), ("mod", None, 1)], [("mc_dropout", None, 1)],
+        [("mc_dropout", None, 0), ("mc_dropout", None, 1)], [("mod", None, 0), ("mod", None, 1)],
         [("deep_ensemble", "ce", 0)]]
     methods = [c.make_method() for c in packs[0]]
     mixed = packed_method(methods)

@@ -286,7 +286,7 @@ def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> None:
         for group in loop.optimizer.param_groups:
             group["lr"] = loop.protocol.lr * method.lr_factor(step, total_steps)
     with step_autocast(loop.protocol.precision, loop.device):
-        logits = model(xb, dropout=True).float()  # bf16: the forward pass in bfloat16, the loss in fp32
+        logits = method.training_forward(model, xb, loop.state).float()  # bf16: the forward pass in bfloat16, the loss in fp32
     task = method.task_loss(logits, yb)
     penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs))
     # joint: each run one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m

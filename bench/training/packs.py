@@ -43,7 +43,7 @@ def mixes(method: Method) -> bool:
     cls = type(method)
     return (cls.packs_runs() and not cls.joint and not cls.fixed_schedule and method.dropout_rate == 0
             and all(getattr(cls, hook) is getattr(Method, hook)
-                    for hook in ("build_model", "training_batch", "lr_factor", "after_step")))
+                    for hook in ("build_model", "training_batch", "training_forward", "lr_factor", "after_step")))
 
 
 def part_key(config: RunConfig) -> tuple | None:
