@@ -19,8 +19,8 @@ PRESET_DIR = Path(__file__).with_name("presets")
 N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
-REFERENCE_METHOD = "deep_ensemble"
-PRECISIONS = ("fp32", "tf32", "bf16")  # every paired comparison and star design is against this method
+REFERENCE_METHOD = "deep_ensemble"  # every paired comparison and star design is against this method
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def parse_pack_size(value: Any) -> int | str:

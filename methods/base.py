@@ -250,10 +250,10 @@ class Method:
         says so (``capturable``), and it uses none of the hooks that run host code per step (a
         learning-rate schedule, collection after the step, a batch of its own) and no dropout drawn
         from torch's generator (a method with its own ``training_forward`` draws its masks itself)."""
-        cls = type(self)
+        cls = type(self)  # by the class: a pack's options may be per-network tensors
         return (cls.capturable_steps() and cls.lr_factor is Method.lr_factor and cls.after_step is Method.after_step
                 and cls.training_batch is Method.training_batch
-                and (self.dropout_rate == 0 or cls.training_forward is not Method.training_forward))
+                and (cls.dropout_rate is Method.dropout_rate or cls.training_forward is not Method.training_forward))
 
     def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The inputs and targets of one training step, from the loop's batch: x (M, B, D) and y (M, B),

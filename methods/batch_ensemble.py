@@ -67,6 +67,7 @@ class BatchEnsemble(Method):
     name = "batch_ensemble"
     summary = "members share each weight matrix and differ by rank-1 factors (Wen et al. 2020)"
     joint = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
 
     members: int = option(4, **MEMBERS_OPTION)
     rank1_init: str = choice("normal", ("normal", "random_sign"),

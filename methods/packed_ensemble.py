@@ -70,6 +70,7 @@ class PackedEnsemble(Method):
     name = "packed_ensemble"
     summary = "M narrow members (width alpha*w/M, gamma groups each) packed in one network (Laurent et al. 2023)"
     joint = True
+    capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
 
     members: int = option(4, **MEMBERS_OPTION)
     alpha: float = option(2.0, parse=parse_float, check=lambda v: 0 < v < float("inf"), allowed="a number > 0",

@@ -153,7 +153,15 @@ def test_which_steps_are_captured():
     assert not capture_wanted(DeepEnsemble(), cpu, "graph")  # never on the CPU
     assert capture_wanted(DeepEnsemble(), cuda, "auto") and not capture_wanted(DeepEnsemble(), cuda, "eager")
     assert {name for name, cls in REGISTRY.items() if cls().capturable_step()} == {
-        "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace", "mc_dropout"}
+        "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace", "mc_dropout",
+        "batch_ensemble", "packed_ensemble"}
+
+
+def test_a_pack_whose_options_are_tensors_is_judged_by_its_class():
+    mc_dropout = packed_method([REGISTRY["mc_dropout"](dropout=0.2), REGISTRY["mc_dropout"](dropout=0.5)])
+    assert torch.is_tensor(mc_dropout.dropout) and mc_dropout.capturable_step()
+    dare = packed_method([DARE(members=2, threshold=0.3), DARE(members=2, threshold=None, delta=0.1)])
+    assert [type(m).__name__ for m, _, _ in dare.parts] == ["DARE", "DARE"]  # an absolute and a relative tau: two parts
 
 
 def test_precision_is_part_of_a_runs_identity_only_when_not_fp32():
@@ -209,10 +217,27 @@ def test_graph_replay_trains_bitwise_as_eager_steps():
                        step="graph", **kw)
     eager = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods, "cuda"), protocol, TRAIN, 3,
                        step="eager", **kw)
+    again = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods, "cuda"), protocol, TRAIN, 3,
+                       step="graph", **kw)
     assert [r.step for r in graph] == ["graph", "graph"] and [r.step for r in eager] == ["eager", "eager"]
+    for a, b in zip(graph, again):  # a GPU re-run: bitwise the same
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
     for a, b in zip(graph, eager):
         assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
         assert a.history == b.history and a.epochs_run == b.epochs_run
+
+
+@CUDA
+@pytest.mark.parametrize("name", ["deep_ensemble", "anchor_net", "negcorr", "rde", "mc_dropout", "batch_ensemble",
+                                  "packed_ensemble", "laplace"])
+def test_each_capturable_method_trains_bitwise_as_eager_steps_when_replayed(name):
+    method = REGISTRY[name](checkpoint="best")
+    kw = dict(progress=False, val=VAL, device="cuda")
+    graph = train(method, PROTOCOL, TRAIN, 3, seed=0, step="graph", **kw)
+    eager = train(method, PROTOCOL, TRAIN, 3, seed=0, step="eager", **kw)
+    assert graph.step == "graph" and eager.step == "eager"
+    assert all(torch.equal(p, q) for p, q in zip(graph.model.parameters(), eager.model.parameters()))
+    assert graph.history == eager.history
 
 
 @CUDA

@@ -11,7 +11,8 @@ is updated in place, so each replay is the next step.
   handles, Adam's state), then the graph is captured; capturing runs nothing, so every step of
   training is computed exactly once.
 * One graph per (batch width, whether stopped members are held): the last batch of an epoch is
-  usually narrower, and holding starts when the first member stops.
+  usually narrower, and holding starts when the first member stops. A capture synchronises the
+  device once (torch.cuda.graph), so the epoch that captures a graph waits for the host once more.
 * A method's step is captured only when it can be (``Method.capturable_step``), the
   device is a GPU and ``--step`` is auto or graph. Anything else runs the same step eagerly; so does
   every step after a capture that failed (with one warning).
@@ -51,7 +52,9 @@ class CapturedSteps:
     @property
     def description(self) -> str:
         """How the steps ran, for the record: graph, or eager after a failed capture and why."""
-        return "graph" if self.failed is None else f"eager (capture failed: {self.failed})"
+        if self.failed is not None:
+            return f"eager (capture failed: {self.failed})"
+        return "graph" if self.graphs else "eager (too few steps to capture)"
 
     def __call__(self, idx: torch.Tensor, position: int, total: int) -> None:
         if self.failed is not None or self.eager < WARMUP_STEPS:

@@ -212,13 +212,13 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
         loop.steps = CapturedSteps(lambda idx, step, total: _step(loop, idx, step, total), members)
     history: list[dict] = []
     summary = ""
-    with matmul_precision(protocol.precision, device):
-        for epoch in range(1, protocol.epochs + 1):
-            started = time.perf_counter()
+    for epoch in range(1, protocol.epochs + 1):
+        started = time.perf_counter()
+        with matmul_precision(protocol.precision, device):  # the steps only: validation stays fp32
             _train_epoch(loop, epoch, summary)
-            trains_on, summary = _end_epoch(loop, epoch, history, started)
-            if not trains_on:
-                break
+        trains_on, summary = _end_epoch(loop, epoch, history, started)
+        if not trains_on:
+            break
     members.restore()
     final_val = validation_loss(packed, model, val).tolist() if val is not None else [float("nan")] * members.count
     how = "eager" if loop.steps is None else loop.steps.description

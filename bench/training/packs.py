@@ -114,7 +114,8 @@ def _same_part(a: Method, b: Method) -> bool:
     if type(a) is not type(b):
         return False
     loose = {*a.pack_options, "members"}
-    return all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in loose)
+    return (all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in loose)
+            and all((getattr(a, k) is None) == (getattr(b, k) is None) for k in a.pack_options))  # as part_key
 
 
 def _packed_part(methods: list[Method], device: torch.device | str) -> Method:
