@@ -43,8 +43,8 @@ class CapturedSteps:
 
     def __init__(self, step: Callable[[torch.Tensor, int, int], None], members):
         self.step, self.members = step, members
+        # each graph its own memory pool: they replay in no fixed order, and they are small
         self.graphs: dict[tuple[bool, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.pool = None          # one memory pool shared by the graphs (they never run at once)
         self.eager = 0            # warm-up steps run so far
         self.failed: str | None = None
         self.stream = torch.cuda.Stream()
@@ -81,13 +81,12 @@ class CapturedSteps:
         static_idx = idx.clone()
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph):
                 self.step(static_idx, position, total)
         except Exception as exc:  # noqa: BLE001 - any capture error: train on, eagerly
             self.failed = f"{type(exc).__name__}: {exc}"
             warnings.warn(f"the training step could not be captured in a CUDA graph ({self.failed}); "
                           "training goes on with eager steps", RuntimeWarning, stacklevel=2)
             return False
-        self.pool = graph.pool()
         self.graphs[key] = (graph, static_idx)
         return True
