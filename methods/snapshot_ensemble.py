@@ -67,6 +67,9 @@ class SnapshotEnsemble(Method):
     name = "snapshot_ensemble"
     summary = "one network, a cyclic cosine learning rate; a member at the end of each cycle (Huang et al. 2017)"
     fixed_schedule = True
+    # its rate schedule and its collection run around the step (bench.training.graphs), which reads
+    # nothing back and draws nothing on the host
+    capturable = True
 
     members: int = option(3, **{**MEMBERS_OPTION, "help": "number of cycles: one snapshot (member) at the end "
                                 "of each"})

@@ -85,6 +85,9 @@ class SWAG(Method):
     summary = "SWA moments after a burn-in, a low-rank plus diagonal Gaussian, S weight samples (Maddox et al. " \
               "2019); members > 1: MultiSWAG"
     fixed_schedule = True
+    # its rate schedule and its collection run around the step (bench.training.graphs), which reads
+    # nothing back and draws nothing on the host
+    capturable = True
 
     members: int = option(1, **{**MEMBERS_OPTION, "help": "independently trained members, a SWAG posterior "
                                 "each: 1 is SWAG, more is MultiSWAG"})

@@ -194,9 +194,11 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
     params = list(model.parameters())
     scheduled = type(packed).lr_factor is not Method.lr_factor
     captured = capture_wanted(packed, device, step_mode)
+    # a schedule on a GPU: the rate is a device tensor, filled before each step (eager or replayed alike)
+    lr = torch.tensor(protocol.lr, device=device) if scheduled and device.type == "cuda" else protocol.lr
     # fused: one kernel for the whole update instead of a dozen element-wise passes (~20 % of a step);
     # capturable: its step count stays on the device, as a CUDA graph needs (the same kernel computes)
-    optimizer = torch.optim.Adam(params, lr=protocol.lr, eps=protocol.adam_eps, fused=True, capturable=captured)
+    optimizer = torch.optim.Adam(params, lr=lr, eps=protocol.adam_eps, fused=True, capturable=captured)
     optimizer._warned_capturable_if_run_uncaptured = True  # the warm-up steps run uncaptured on purpose
     # independent members each draw their own data order; joint ones share member 0's
     order_gens = [member_generator(run.seed, m, "data_order", device)
@@ -209,7 +211,7 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
                  [m for run in runs for m in run.member_ids], device, label, progress, zeros, zeros.clone(),
                  scheduled=scheduled)
     if captured:
-        loop.steps = CapturedSteps(lambda idx, step, total: _step(loop, idx, step, total), members)
+        loop.steps = CapturedSteps(lambda idx: _step(loop, idx), members)
     history: list[dict] = []
     summary = ""
     for epoch in range(1, protocol.epochs + 1):
@@ -258,20 +260,31 @@ def _train_epoch(loop: _Loop, epoch: int, summary: str) -> None:
     loop.correct.zero_()
     bar = tqdm(range(steps), desc=f"{loop.label} epoch {epoch}/{protocol.epochs}", leave=False,
                disable=None if loop.progress else True, unit="step", postfix=summary or None)
+    method, total = loop.method, protocol.epochs * steps
     for step in bar:
         idx = perms[:, step * protocol.batch_size:(step + 1) * protocol.batch_size]
-        position = (epoch - 1) * steps + step, protocol.epochs * steps
+        position = (epoch - 1) * steps + step
+        if loop.scheduled:  # host code around the step (eager, or between graph replays)
+            for group in loop.optimizer.param_groups:
+                rate = protocol.lr * method.lr_factor(position, total)
+                if torch.is_tensor(group["lr"]):
+                    group["lr"].fill_(rate)
+                else:
+                    group["lr"] = rate
         if loop.steps is None:
-            _step(loop, idx, *position)
+            _step(loop, idx)
         else:
-            loop.steps(idx, *position)
+            loop.steps(idx)
+        with torch.no_grad():
+            method.after_step(loop.model, loop.state, position, total)
     bar.close()
 
 
-def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> None:
-    """Optimiser step ``step`` of ``total_steps`` on the batch ``idx`` (M or 1, B), adding its task
-    loss and correct predictions to the epoch's sums. Every tensor it writes outside autograd is
-    updated in place, and it reads nothing back to the host, so it can be captured in a CUDA graph."""
+def _step(loop: _Loop, idx: torch.Tensor) -> None:
+    """One optimiser step on the batch ``idx`` (M or 1, B), adding its task loss and correct
+    predictions to the epoch's sums. Every tensor it writes outside autograd is updated in place, and
+    it reads nothing back to the host, so it can be captured in a CUDA graph (the learning rate and
+    ``after_step`` are set and run around it, by ``_train_epoch``)."""
     method, model, members = loop.method, loop.model, loop.members
     runs = len(loop.order_gens) if method.joint else 1
     # (M, B, D), (M, B): each member its own batch. Joint methods: each run's members see the run's
@@ -282,9 +295,6 @@ def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> None:
     if method.joint and runs == 1:
         xb, yb = xb[0], yb.expand(members.count, -1)
     xb, yb = method.training_batch(xb, yb, loop.state)
-    if loop.scheduled:
-        for group in loop.optimizer.param_groups:
-            group["lr"] = loop.protocol.lr * method.lr_factor(step, total_steps)
     with step_autocast(loop.protocol.precision, loop.device):
         logits = method.training_forward(model, xb, loop.state).float()  # bf16: the forward pass in bfloat16, the loss in fp32
     task = method.task_loss(logits, yb)
@@ -297,7 +307,6 @@ def _step(loop: _Loop, idx: torch.Tensor, step: int, total_steps: int) -> None:
     loop.optimizer.step()
     members.hold_stopped()
     with torch.no_grad():
-        method.after_step(model, loop.state, step, total_steps)
         rows = idx.shape[1]
         loop.loss_sum.add_(task.detach() * rows)
         hits = (logits.argmax(-1) == yb).sum(dim=1)
