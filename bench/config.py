@@ -192,7 +192,9 @@ class RunConfig:
     def row(self) -> dict[str, Any]:
         """Flat config columns for a results row: every value that can move a result."""
         method = self.make_method()
-        p = dataclasses.asdict(self.protocol)
+        # implicit values at their default (precision=fp32) are left out, as in the run id: a folder's
+        # older records, which lack them, then group with newer ones (bench.reporting.report fills them in)
+        p = without_implicit_defaults(Protocol, dataclasses.asdict(self.protocol))
         p["hidden"] = "-".join(map(str, self.protocol.hidden))
         p["ood_sets"] = " ".join(self.protocol.ood_sets)
         # "+ TS": a temperature-scaled row is never matched with a published row or taken as a reference

@@ -164,13 +164,13 @@ def test_a_pack_whose_options_are_tensors_is_judged_by_its_class():
     assert [type(m).__name__ for m, _, _ in dare.parts] == ["DARE", "DARE"]  # an absolute and a relative tau: two parts
 
 
-def test_precision_is_part_of_a_runs_identity_only_when_not_fp32():
+def test_precision_is_part_of_a_runs_identity_and_row_only_when_not_fp32():
     record = json.loads((Path(__file__).parent / "records/schema-2/records/d2f0b0ac2c7d.json").read_text())
     config = record["config"]
     rebuilt = make_run_config(config["method"], config["method_options"], make_protocol(config["protocol"]),
                               config["seed"], config["preset"])
     assert rebuilt.run_id == record["run_id"]  # ids made before the precision option hold
-    assert rebuilt.row()["precision"] == "fp32"
+    assert "precision" not in rebuilt.row()  # fp32 is implicit, as in older records
     bf16 = make_run_config(config["method"], config["method_options"],
                            make_protocol({**config["protocol"], "precision": "bf16"}), config["seed"], config["preset"])
     assert bf16.run_id != rebuilt.run_id and bf16.row()["precision"] == "bf16"
@@ -306,3 +306,15 @@ def test_mc_dropout_masks_drop_at_each_networks_rate_and_change_every_step():
     assert torch.equal(masks(1, h), first)       # the same step and layer: the same masks
     masks.advance()
     assert not torch.equal(masks(1, h), first)
+
+
+def test_a_folder_with_fp32_and_bf16_runs_reports_them_apart(tiny_data, tmp_path):
+    from bench.cli.main import main
+    grid = ["run", "--data-dir", str(tiny_data), "--out", str(tmp_path), "--seeds", "0", "--epochs", "1",
+            "--val-size", "50", "--hidden", "8", "--no-download", "--no-plots", "-q", "--methods", "deep_ensemble",
+            "-o", "members=2"]
+    assert main(grid) == 0 and main([*grid, "--precision", "bf16"]) == 0
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert len(runs) == 2 and sorted(runs["precision"].fillna("")) == ["", "bf16"]  # fp32: implicit
+    summary = (tmp_path / "summary.md").read_text()
+    assert "precision=bf16" in summary and "precision=fp32" in summary  # two protocol sections

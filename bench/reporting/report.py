@@ -47,7 +47,7 @@ def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
     differing = [c for c in cols if keys[c].nunique() > 1 and c not in ("id_dataset", "ood_sets")]
     out = []
     for frame in groups:
-        first = frame.iloc[0]
+        first = values.loc[frame.index[0]]  # the protocol values, implicit ones filled in
         presets = ", ".join(dict.fromkeys(map(str, frame["preset"]))) if "preset" in frame else "?"
         label = f"preset {presets}: {first['id_dataset']} in distribution, OOD {first['ood_sets']}"
         extra = ", ".join(f"{c}={first[c]}" for c in differing)
