@@ -247,12 +247,13 @@ class Method:
 
     def capturable_step(self) -> bool:
         """Whether the training step can be captured in a CUDA graph (bench.training.graphs): the class
-        says so (``capturable``), makes its batch as the loop does (``training_batch`` runs inside the
-        step) and draws no dropout from torch's generator (a method with its own ``training_forward``
-        draws its masks itself). ``lr_factor`` and ``after_step`` run around the step, between replays."""
+        says so (``capturable``: its ``training_batch``, ``training_forward`` and ``penalty`` run inside
+        the step and read nothing back, draw nothing on the host) and draws no dropout from torch's
+        generator (a method with its own ``training_forward`` draws its masks itself). ``lr_factor``
+        and ``after_step`` run around the step, between replays."""
         cls = type(self)  # by the class: a pack's options may be per-network tensors
-        return (cls.capturable_steps() and cls.training_batch is Method.training_batch
-                and (cls.dropout_rate is Method.dropout_rate or cls.training_forward is not Method.training_forward))
+        return cls.capturable_steps() and (cls.dropout_rate is Method.dropout_rate
+                                           or cls.training_forward is not Method.training_forward)
 
     def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The inputs and targets of one training step, from the loop's batch: x (M, B, D) and y (M, B),

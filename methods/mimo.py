@@ -20,7 +20,7 @@ from torch import nn
 
 from bench.models import StackedMLP
 from bench.options import option, parse_float, parse_int
-from bench.seeding import member_generator
+from bench.seeding import counter_uniform, member_seed
 from methods.base import Method
 from methods.deep_ensemble import MEMBERS_OPTION
 
@@ -43,11 +43,34 @@ class MIMONet(nn.Module):
         return out.view(out.shape[0], heads, -1).transpose(0, 1)
 
 
+class HeadShuffles:
+    """The per-step shuffles of a MIMO run, on the device: permutations sorted from counter-based
+    uniforms (``bench.seeding.counter_uniform``) of the run's seeds and a step counter advanced in
+    place, so the step reads nothing from the host and a CUDA graph can replay it."""
+
+    def __init__(self, seed: int, heads: int, device: torch.device):
+        # a seed per head and one for the shuffle of the repeated batch that all heads start from
+        self.seeds = torch.tensor([member_seed(seed, h, "method") for h in range(heads + 1)], device=device)
+        self.step = torch.zeros((), dtype=torch.long, device=device)
+
+    def shared(self, rows: int) -> torch.Tensor:
+        """A permutation of ``rows`` rows for this step."""
+        return counter_uniform(self.seeds[-1:], self.step, (rows,))[0].argsort(stable=True)
+
+    def per_head(self, rows: int) -> torch.Tensor:
+        """(heads, rows): each head's own permutation for this step."""
+        return counter_uniform(self.seeds[:-1], self.step, (rows,)).argsort(dim=1, stable=True)
+
+    def advance(self) -> None:
+        self.step.add_(1)
+
+
 @dataclasses.dataclass(frozen=True)
 class MIMO(Method):
     name = "mimo"
     summary = "one network with M input and M output heads, each head trained on its own shuffle (Havasi et al. 2021)"
     joint = True  # one network: its heads share the batch (shuffled per head) and stop as one
+    capturable = True  # its shuffles are drawn on the device (HeadShuffles); nothing is read back
 
     members: int = option(3, **{**MEMBERS_OPTION, "help": "heads M: inputs and outputs of the one network"})
     input_repetition: float = option(0.0, parse=parse_float, check=lambda v: 0 <= v <= 1,
@@ -68,16 +91,15 @@ class MIMO(Method):
                                   per_network_kernels=True)
         return MIMONet(net, heads)
 
-    def prepare(self, model, seed, member_ids) -> torch.Generator:
-        return member_generator(seed, 0, "method")  # the per-head shuffles
+    def prepare(self, model, seed, member_ids) -> "HeadShuffles":
+        return HeadShuffles(seed, len(member_ids), next(model.parameters()).device)
 
-    def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: torch.Generator):
+    def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: "HeadShuffles"):
         rows = x.shape[0] * self.batch_repetition
         if self.members == 1 and self.batch_repetition == 1:
             return x.unsqueeze(0), y  # a shuffle within the batch changes nothing for one head
-        base = torch.arange(x.shape[0]).repeat(self.batch_repetition)
-        base = base[torch.randperm(rows, generator=state)]
+        base = torch.arange(x.shape[0], device=x.device).repeat(self.batch_repetition)[state.shared(rows)]
         own = int(rows * (1.0 - self.input_repetition))  # the rows each head shuffles on its own
-        index = torch.stack([torch.cat([base[:own][torch.randperm(own, generator=state)], base[own:]])
-                             for _ in range(self.members)]).to(x.device)
+        index = torch.cat([base[:own][state.per_head(own)], base[own:].expand(self.members, -1)], dim=1)
+        state.advance()
         return x[index], y[0][index]

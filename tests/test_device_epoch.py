@@ -154,7 +154,7 @@ def test_which_steps_are_captured():
     assert capture_wanted(DeepEnsemble(), cuda, "auto") and not capture_wanted(DeepEnsemble(), cuda, "eager")
     assert {name for name, cls in REGISTRY.items() if cls().capturable_step()} == {
         "deep_ensemble", "dare", "single_network", "anchor_net", "negcorr", "rde", "laplace", "mc_dropout",
-        "batch_ensemble", "packed_ensemble", "swag", "snapshot_ensemble"}
+        "batch_ensemble", "packed_ensemble", "swag", "snapshot_ensemble", "mimo", "mod"}
 
 
 def test_a_pack_whose_options_are_tensors_is_judged_by_its_class():
@@ -229,7 +229,7 @@ def test_graph_replay_trains_bitwise_as_eager_steps():
 
 @CUDA
 @pytest.mark.parametrize("name", ["deep_ensemble", "anchor_net", "negcorr", "rde", "mc_dropout", "batch_ensemble",
-                                  "packed_ensemble", "laplace", "swag", "snapshot_ensemble"])
+                                  "packed_ensemble", "laplace", "swag", "snapshot_ensemble", "mimo", "mod"])
 def test_each_capturable_method_trains_bitwise_as_eager_steps_when_replayed(name):
     method = REGISTRY[name](**({} if REGISTRY[name].fixed_schedule else {"checkpoint": "best"}))
     kw = dict(progress=False, val=VAL, device="cuda")

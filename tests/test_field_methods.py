@@ -15,6 +15,7 @@ from bench.options import validate
 from bench.training.loop import train
 from methods.base import FITTED_TEMPERATURE
 from methods.laplace import member_network
+from methods.mimo import HeadShuffles
 from methods.snapshot_ensemble import cycle_of
 from methods.laplace import glm_predictive
 
@@ -54,8 +55,10 @@ def test_mimo_heads_see_their_own_shuffles_and_the_same_test_image():
     method = make("mimo", members=3, input_repetition=0.25, batch_repetition=2)
     x = torch.arange(8.0).unsqueeze(1).expand(8, FEATURES)  # row i holds the number i
     y = torch.arange(8).expand(3, 8)
-    xb, yb = method.training_batch(x, y, torch.Generator().manual_seed(0))
+    shuffles = HeadShuffles(0, 3, torch.device("cpu"))
+    xb, yb = method.training_batch(x, y, shuffles)
     assert xb.shape == (3, 16, FEATURES) and yb.shape == (3, 16)
+    assert shuffles.step.item() == 1 and not torch.equal(method.training_batch(x, y, shuffles)[1], yb)  # a new draw
     assert torch.equal(xb[..., 0].long(), yb)  # inputs and targets stay paired
     for head in range(3):  # every image of the batch twice in each head's rows
         assert sorted(yb[head].tolist()) == sorted(list(range(8)) * 2)

@@ -122,7 +122,7 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--step", default="auto", choices=("auto", "eager", "graph"),
                        help="how a training step runs: eager (kernels launched one by one from Python), graph "
                        "(captured once in a CUDA graph and replayed: a GPU only; methods whose step cannot be "
-                       "captured, e.g. MIMO, run eagerly), auto (graph on a GPU, eager on the CPU; the "
+                       "captured, such as a plugin that does not declare `capturable`, run eagerly), auto (graph on a GPU, eager on the CPU; the "
                        "default). The arithmetic is the same either way")
     group.add_argument("--no-vectorize", action="store_true",
                        help="train an ensemble's members one after another instead of together")
