@@ -39,7 +39,8 @@ class SWAGNet(nn.Module):
 
     def __init__(self, net: StackedMLP, rank: int, seed: int, member_ids: list[int]):
         super().__init__()
-        self.net, self.members, self.seed, self.member_ids = net, net.members, seed, member_ids
+        self.net, self.members, self.member_ids = net, net.members, list(member_ids)
+        self.seeds = [seed] * len(member_ids)  # each member's run seed (a pack holds several runs)
         shape = net.flat().shape
         device = net.weights[0].device
         self.register_buffer("mean", torch.zeros(shape, device=device))
@@ -61,6 +62,29 @@ class SWAGNet(nn.Module):
         self.deviations.index_copy_(1, ring, (weights - self.mean).unsqueeze(1))
         self.collected += 1
 
+    @staticmethod
+    @torch.no_grad()
+    def stack(nets: list["SWAGNet"]) -> "SWAGNet":
+        """The members of several runs' SWAGNets as one (a pack): weights and moments stacked."""
+        out = SWAGNet(StackedMLP.stack([n.net for n in nets]), nets[0].deviations.shape[1], 0,
+                      [m for n in nets for m in n.member_ids])
+        out.seeds = [s for n in nets for s in n.seeds]
+        for name in ("mean", "sq_mean", "deviations"):
+            getattr(out, name).copy_(torch.cat([getattr(n, name) for n in nets]))
+        out.collected.copy_(nets[0].collected)
+        return out
+
+    @torch.no_grad()
+    def select(self, members: list[int]) -> "SWAGNet":
+        """A SWAGNet of copies of the given members (a run's part of a pack)."""
+        out = SWAGNet(self.net.select(members), self.deviations.shape[1], 0, [self.member_ids[i] for i in members])
+        out.seeds = [self.seeds[i] for i in members]
+        index = torch.tensor(members, device=self.mean.device)
+        for name in ("mean", "sq_mean", "deviations"):
+            getattr(out, name).copy_(getattr(self, name).index_select(0, index))
+        out.collected.copy_(self.collected)
+        return out
+
     @torch.no_grad()
     def sample(self, samples: int, scale: float) -> StackedMLP:
         """``samples`` weight draws per member from its SWAG posterior, as one stacked model whose
@@ -70,7 +94,7 @@ class SWAGNet(nn.Module):
             raise RuntimeError("SWAG collected no moments")
         draws = []
         for m, member in enumerate(self.member_ids):
-            generator = member_generator(self.seed, member, "method")
+            generator = member_generator(self.seeds[m], member, "method")
             z_diag = torch.randn(samples, self.mean.shape[1], generator=generator).to(self.mean.device)
             z_low = torch.randn(samples, kept, generator=generator).to(self.mean.device)
             std = (self.sq_mean[m] - self.mean[m].square()).clamp(min=0).sqrt()
@@ -88,6 +112,9 @@ class SWAG(Method):
     # its rate schedule and its collection run around the step (bench.training.graphs), which reads
     # nothing back and draws nothing on the host
     capturable = True
+    # independent members whose moments are per member (SWAGNet.stack / select): runs with the same
+    # options and schedule collect at the same steps, so they pack across seeds and member counts
+    packable = True
 
     members: int = option(1, **{**MEMBERS_OPTION, "help": "independently trained members, a SWAG posterior "
                                 "each: 1 is SWAG, more is MultiSWAG"})

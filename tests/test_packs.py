@@ -37,8 +37,8 @@ def assert_same(a, b):
         assert isinstance(b, Diverged) and a.epoch == b.epoch
         return
     assert isinstance(b, TrainResult)
-    for x, y in zip(a.model.parameters(), b.model.parameters()):
-        assert torch.equal(x, y)
+    for (name, x), (_, y) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
+        assert torch.equal(x, y), name  # parameters, and buffers such as SWAG's moments
     for field in ("epochs_run", "history", "kept_epochs", "val_loss", "param_abs_mean", "nonfinite_epochs"):
         assert getattr(a, field) == getattr(b, field), field
 
@@ -51,6 +51,7 @@ def assert_same(a, b):
     ("single_network", [({}, 0), ({}, 1), ({}, 2)]),
     ("laplace", [({"members": 2}, 0), ({"members": 3}, 1)]),
     ("mc_dropout", [({"dropout": 0.2}, 0), ({"dropout": 0.5}, 1), ({"dropout": 0.2}, 2)]),
+    ("swag", [({"members": 2, "moments": 3, "rank": 2}, 0), ({"members": 1, "moments": 3, "rank": 2}, 1)]),
 ])
 def test_a_pack_trains_each_run_as_it_trains_alone(name, runs):
     cls = REGISTRY[name]
@@ -274,7 +275,7 @@ def test_packable_is_declared_by_a_class_not_inherited():
         pass
 
     assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network", "mod",
-                                               "negcorr", "rde", "mc_dropout")] == [True] * 8
+                                               "negcorr", "rde", "mc_dropout", "swag")] == [True] * 9
     assert not Coupled.packs_runs()
     assert not REGISTRY["batch_ensemble"].packs_runs() and not REGISTRY["packed_ensemble"].packs_runs()
     protocol = make_protocol({"val_size": 10})
@@ -423,3 +424,14 @@ def test_methods_that_mix_share_packs_by_protocol():
     mixed = packed_method(methods)
     assert [(type(m).__name__, a, b) for m, a, b in mixed.parts] == [
         ("DeepEnsemble", 0, 4), ("DARE", 4, 8), ("DeepEnsemble", 8, 12)] and mixed.runs == (2, 2, 2)
+
+
+def test_a_packed_swag_run_samples_its_own_posterior():
+    methods = [REGISTRY["swag"](members=2, moments=3, rank=2, samples=4), REGISTRY["swag"](members=1, moments=3, rank=2,
+                                                                                          samples=4)]
+    packed = train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods), PROTOCOL, TRAIN, 32,
+                        progress=False, val=VAL)
+    for seed, (method, result) in enumerate(zip(methods, packed)):
+        single = alone(method, seed)
+        assert result.model.seeds == [seed] * method.members  # each member's draws from its own run's stream
+        assert torch.equal(method.predict_proba(result.model, VAL.x), method.predict_proba(single.model, VAL.x))

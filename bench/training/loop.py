@@ -182,7 +182,7 @@ def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features:
         states.append(run.method.prepare(model, run.seed, run.member_ids))
     if len(runs) == 1:
         return models[0], states[0]
-    return StackedMLP.stack(models), packed.stack_states(states)
+    return type(models[0]).stack(models), packed.stack_states(states)  # the model's own stack (SWAGNet's)
 
 
 def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
