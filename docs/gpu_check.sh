@@ -36,8 +36,8 @@ if [[ "${1:-}" == "--prepare" ]]; then
 fi
 
 OUT=${1:-${OUT:-gpu_check}}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the stages change directory
 WORK=$(mktemp -d)
-mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1
 stage() { echo "== $1 ($(date +%T), ${SECONDS}s)"; }
