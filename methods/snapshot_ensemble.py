@@ -24,26 +24,52 @@ from methods.deep_ensemble import MEMBERS_OPTION
 
 
 class SnapshotNet(nn.Module):
-    """One trained network (``net``) and the snapshots taken of it (buffers, saved with its weights)."""
+    """The trained network (``net``; a pack: one network per run) and the snapshots taken of it
+    (buffers, saved with its weights): ``snapshots`` (K x networks, P), snapshot k of network r in row
+    k * networks + r, so that one network's buffer is (K, P)."""
 
     def __init__(self, net: StackedMLP, snapshots: int):
         super().__init__()
         self.net = net
         self.members = net.members
-        self.register_buffer("snapshots", torch.zeros(snapshots, net.flat().shape[1],
+        self.cycles = snapshots
+        self.register_buffer("snapshots", torch.zeros(snapshots * net.members, net.flat().shape[1],
                                                       device=net.weights[0].device))
         self.register_buffer("taken", torch.zeros((), dtype=torch.long))
+
+    def by_cycle(self) -> torch.Tensor:
+        """The snapshots as (K, networks, P) (a view)."""
+        return self.snapshots.view(self.cycles, self.members, -1)
+
+    @staticmethod
+    @torch.no_grad()
+    def stack(nets: list["SnapshotNet"]) -> "SnapshotNet":
+        """Several runs' SnapshotNets as one (a pack), network by network."""
+        out = SnapshotNet(StackedMLP.stack([n.net for n in nets]), nets[0].cycles)
+        out.by_cycle().copy_(torch.cat([n.by_cycle() for n in nets], dim=1))
+        out.taken.copy_(nets[0].taken)
+        return out
+
+    @torch.no_grad()
+    def select(self, networks: list[int]) -> "SnapshotNet":
+        """A SnapshotNet of copies of the given networks and their snapshots (a run's part of a pack)."""
+        out = SnapshotNet(self.net.select(networks), self.cycles)
+        index = torch.tensor(networks, device=self.snapshots.device)
+        out.by_cycle().copy_(self.by_cycle().index_select(1, index))
+        out.taken.copy_(self.taken)
+        return out
 
     def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         return self.net(x, dropout)
 
     @torch.no_grad()
     def take(self) -> None:
-        self.snapshots.index_copy_(0, self.taken.view(1), self.net.flat()[:1])  # no read back to the host
+        self.by_cycle().index_copy_(0, self.taken.view(1), self.net.flat().unsqueeze(0))  # no read back to the host
         self.taken += 1
 
     def ensemble(self) -> StackedMLP:
-        """The snapshots as a stacked model, one member each (the network itself before any snapshot)."""
+        """One network's snapshots as a stacked model, one member each (the network itself before any
+        snapshot); a run's model (``select``), not a pack's."""
         taken = int(self.taken)
         return self.net.with_flat(self.snapshots[:taken]) if taken else self.net
 
@@ -70,6 +96,8 @@ class SnapshotEnsemble(Method):
     # its rate schedule and its collection run around the step (bench.training.graphs), which reads
     # nothing back and draws nothing on the host
     capturable = True
+    # its runs of the same options pack across seeds: SnapshotNet.stack / select keep each network's snapshots
+    packable = True
 
     members: int = option(3, **{**MEMBERS_OPTION, "help": "number of cycles: one snapshot (member) at the end "
                                 "of each"})

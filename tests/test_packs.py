@@ -52,6 +52,7 @@ def assert_same(a, b):
     ("laplace", [({"members": 2}, 0), ({"members": 3}, 1)]),
     ("mc_dropout", [({"dropout": 0.2}, 0), ({"dropout": 0.5}, 1), ({"dropout": 0.2}, 2)]),
     ("swag", [({"members": 2, "moments": 3, "rank": 2}, 0), ({"members": 1, "moments": 3, "rank": 2}, 1)]),
+    ("snapshot_ensemble", [({"members": 3}, 0), ({"members": 3}, 1), ({"members": 3}, 2)]),
 ])
 def test_a_pack_trains_each_run_as_it_trains_alone(name, runs):
     cls = REGISTRY[name]
@@ -275,7 +276,9 @@ def test_packable_is_declared_by_a_class_not_inherited():
         pass
 
     assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network", "mod",
-                                               "negcorr", "rde", "mc_dropout", "swag")] == [True] * 9
+                                               "negcorr", "rde", "mc_dropout", "swag", "snapshot_ensemble")] == [True] * 10
+    snapshots = [make_run_config("snapshot_ensemble", {"members": k}, make_protocol({"val_size": 10}), 0) for k in (3, 5)]
+    assert pack_key(snapshots[0]) != pack_key(snapshots[1])  # its members are cycles: a pack shares them
     assert not Coupled.packs_runs()
     assert not REGISTRY["batch_ensemble"].packs_runs() and not REGISTRY["packed_ensemble"].packs_runs()
     protocol = make_protocol({"val_size": 10})

@@ -115,8 +115,8 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pack-size", default="auto", metavar="N|auto",
                        help="networks (runs x members) trained together as one stacked computation: runs of "
                        "one protocol pack across seeds and options (the deep ensemble, DARE, AnchorNet, the single "
-                       "network and the Laplace ensemble with one another; MC dropout, MOD, NegCorr, RDE and SWAG "
-                       "each with its own runs; BatchEnsemble, Packed-Ensembles, MIMO and snapshot ensembles "
+                       "network and the Laplace ensemble with one another; MC dropout, MOD, NegCorr, RDE, SWAG and "
+                       "snapshot ensembles each with its own runs; BatchEnsemble, Packed-Ensembles and MIMO "
                        "train alone). 1: run by run; auto: as many as a quarter of the "
                        f"device's memory holds, at most {MAX_AUTO_NETWORKS['cpu']} on the CPU and "
                        f"{MAX_AUTO_NETWORKS['cuda']} on a GPU (with --jobs, split so that every worker gets a pack). "

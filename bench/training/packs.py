@@ -51,7 +51,9 @@ def part_key(config: RunConfig) -> tuple | None:
     method = config.make_method()
     if not method.packs_runs():
         return None
-    loose = {*method.pack_options} | (set() if method.joint else {"members"})
+    # members may differ inside a pack where they are its networks (not snapshot ensembles' cycles)
+    networks = not method.joint and method.n_networks == config.method_options.get("members")
+    loose = {*method.pack_options} | ({"members"} if networks else set())
     fixed = {k: v for k, v in config.method_options.items() if k not in loose}
     unset = tuple(k for k in method.pack_options if config.method_options.get(k) is None)
     return config.method, json.dumps(fixed, sort_keys=True, default=str), unset, config.protocol
@@ -110,10 +112,10 @@ def packed_method(methods: list[Method], device: torch.device | str = "cpu") -> 
 
 def _same_part(a: Method, b: Method) -> bool:
     """Whether two runs' methods are one part of a pack: one class, every option alike but the pack
-    options and the member count."""
+    options and the member count where members are networks (as part_key)."""
     if type(a) is not type(b):
         return False
-    loose = {*a.pack_options, "members"}
+    loose = {*a.pack_options} | ({"members"} if not a.joint and a.n_networks == getattr(a, "members", None) else set())
     return (all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in loose)
             and all((getattr(a, k) is None) == (getattr(b, k) is None) for k in a.pack_options))  # as part_key
 
