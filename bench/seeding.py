@@ -42,3 +42,28 @@ def counter_uniform(seeds: torch.Tensor, counter: torch.Tensor, shape: tuple[int
     position = torch.arange(1, 1 + int(np.prod(shape)), device=seeds.device, dtype=torch.long).view(shape)
     bits = (_mix(key + position * GAMMA) >> 40) & 0xFF_FFFF  # the top 24 bits: exact in float32
     return bits.float() * 2.0 ** -24
+
+
+class CounterStream:
+    """A method's per-step random draws on the device: ``counter_uniform`` of one seed per row and a
+    step counter that ``advance`` moves on in place (so a CUDA graph replays it, and a row's draws do
+    not depend on the rows beside it: runs pack). Several draws of one step are told apart by
+    ``slot`` (fewer than SLOTS). Streams made with one ``step`` tensor advance together."""
+    SLOTS = 64
+
+    def __init__(self, seeds: torch.Tensor, step: torch.Tensor | None = None):
+        self.seeds = seeds  # (rows,) int64
+        self.step = torch.zeros((), dtype=torch.long, device=seeds.device) if step is None else step
+
+    @classmethod
+    def cat(cls, streams: list["CounterStream"]) -> "CounterStream":
+        """The rows of several streams (a pack's runs) as one, from step 0."""
+        return cls(torch.cat([s.seeds for s in streams]))
+
+    def uniform(self, shape: tuple[int, ...], slot: int | None = None) -> torch.Tensor:
+        """(rows, *shape) uniforms in [0, 1) of this step (and ``slot``)."""
+        counter = self.step if slot is None else self.step * self.SLOTS + slot
+        return counter_uniform(self.seeds, counter, shape)
+
+    def advance(self) -> None:
+        self.step.add_(1)

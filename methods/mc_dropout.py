@@ -10,27 +10,26 @@ import torch.nn.functional as F
 
 from bench.models import StackedMLP
 from bench.options import option, parse_float, parse_int
-from bench.seeding import counter_uniform, member_seed
+from bench.seeding import CounterStream, member_seed
 from methods.base import Method
 
 
 class DropoutMasks:
-    """Training-time dropout with a mask per network, from a counter-based hash of (the network's
-    dropout seed, the step, the layer, the element) (``bench.seeding.counter_uniform``): a network's
+    """Training-time dropout with a mask per network, from the network's dropout seed, the step, the
+    layer and the element (a ``CounterStream``, one row per network, the layer its slot): a network's
     masks do not depend on what trains beside it, so runs pack, and no generator state is touched,
-    so a CUDA graph can replay the step. ``rates`` per network; ``step`` advances in place."""
+    so a CUDA graph can replay the step. ``rates`` per network."""
 
-    def __init__(self, seeds: torch.Tensor, rates: torch.Tensor, step: torch.Tensor | None = None):
-        self.seeds, self.rates = seeds, rates
-        self.step = torch.zeros((), dtype=torch.long, device=seeds.device) if step is None else step
+    def __init__(self, seeds: torch.Tensor, rates: torch.Tensor):
+        self.draws, self.rates = CounterStream(seeds), rates
         self.scale = (1.0 / (1.0 - rates)).view(-1, 1, 1)  # inverted dropout, as torch's: kept / (1 - p)
 
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
-        uniform = counter_uniform(self.seeds, self.step * 64 + layer, tuple(h.shape[1:]))
+        uniform = self.draws.uniform(tuple(h.shape[1:]), slot=layer)
         return h * ((uniform >= self.rates.view(-1, 1, 1)).to(h.dtype) * self.scale)
 
     def advance(self) -> None:
-        self.step.add_(1)
+        self.draws.advance()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +68,7 @@ class MCDropout(Method):
         return DropoutMasks(seeds, torch.full((len(member_ids),), float(self.dropout), device=device))
 
     def stack_states(self, states: list[DropoutMasks]) -> DropoutMasks:
-        return DropoutMasks(torch.cat([s.seeds for s in states]), torch.cat([s.rates for s in states]))
+        return DropoutMasks(torch.cat([s.draws.seeds for s in states]), torch.cat([s.rates for s in states]))
 
     def training_forward(self, model: StackedMLP, x: torch.Tensor, state: Any) -> torch.Tensor:
         out = model(x, dropout=state)

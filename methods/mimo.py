@@ -20,7 +20,7 @@ from torch import nn
 
 from bench.models import StackedMLP
 from bench.options import option, parse_float, parse_int
-from bench.seeding import counter_uniform, member_seed
+from bench.seeding import CounterStream, member_seed
 from methods.base import Method
 from methods.deep_ensemble import MEMBERS_OPTION
 
@@ -44,25 +44,30 @@ class MIMONet(nn.Module):
 
 
 class HeadShuffles:
-    """The per-step shuffles of a MIMO run, on the device: permutations sorted from counter-based
-    uniforms (``bench.seeding.counter_uniform``) of the run's seeds and a step counter advanced in
-    place, so the step reads nothing from the host and a CUDA graph can replay it."""
+    """The per-step shuffles of a MIMO run, on the device: permutations sorted from the uniforms of
+    ``CounterStream``s (a seed per head, and one for the shuffle of the repeated batch that all
+    heads start from; one step counter), so the step reads nothing from the host and a CUDA graph
+    can replay it."""
 
     def __init__(self, seed: int, heads: int, device: torch.device):
-        # a seed per head and one for the shuffle of the repeated batch that all heads start from
-        self.seeds = torch.tensor([member_seed(seed, h, "method") for h in range(heads + 1)], device=device)
-        self.step = torch.zeros((), dtype=torch.long, device=device)
+        seeds = torch.tensor([member_seed(seed, h, "method") for h in range(heads + 1)], device=device)
+        self.heads = CounterStream(seeds[:-1])
+        self.batch = CounterStream(seeds[-1:], self.heads.step)  # the same step
+
+    @property
+    def step(self) -> torch.Tensor:
+        return self.heads.step
 
     def shared(self, rows: int) -> torch.Tensor:
         """A permutation of ``rows`` rows for this step."""
-        return counter_uniform(self.seeds[-1:], self.step, (rows,))[0].argsort(stable=True)
+        return self.batch.uniform((rows,))[0].argsort(stable=True)
 
     def per_head(self, rows: int) -> torch.Tensor:
         """(heads, rows): each head's own permutation for this step."""
-        return counter_uniform(self.seeds[:-1], self.step, (rows,)).argsort(dim=1, stable=True)
+        return self.heads.uniform((rows,)).argsort(dim=1, stable=True)
 
     def advance(self) -> None:
-        self.step.add_(1)
+        self.heads.advance()
 
 
 @dataclasses.dataclass(frozen=True)

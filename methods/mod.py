@@ -3,7 +3,7 @@
 Members train jointly. Each step draws inputs uniformly in the per-feature [min, max] box of the
 current batch (same shape as the batch) and adds ``-lam * mean over those inputs and outputs of
 the variance across members`` (population variance) of the raw outputs. The draws are counter-based
-uniforms of the run's own seed (stream ``method``) and the step (``BoxDraws``), made on the device,
+uniforms of the run's own seed (stream ``method``) and the step (a ``CounterStream``), on the device,
 so a run's result does not depend on the pack it trains in and a CUDA graph can replay the step.
 (Records written before dare-bench 0.3.0 drew them from torch's global generator, seeded with the
 run's seed, and those of 0.3.0 and 0.4.0 from a CPU generator of the run's: the same method, other
@@ -17,7 +17,7 @@ import torch
 
 from bench.models import StackedMLP
 from bench.options import option
-from bench.seeding import counter_uniform, member_seed
+from bench.seeding import CounterStream, member_seed
 from methods.anchor_net import POSITIVE
 from methods.base import Batch, Method
 from methods.deep_ensemble import MEMBERS_OPTION
@@ -29,21 +29,6 @@ def box_samples(x: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     lo, hi = x.min(dim=0).values, x.max(dim=0).values
     return lo + (hi - lo) * uniforms
 
-
-class BoxDraws:
-    """Each run's uniforms for its box draws, step by step: counter-based (``counter_uniform``) from
-    the run's seed and a step counter advanced in place, on the device."""
-
-    def __init__(self, seeds: torch.Tensor):
-        self.seeds = seeds  # (runs,)
-        self.step = torch.zeros((), dtype=torch.long, device=seeds.device)
-
-    def uniforms(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """(runs, *shape) uniforms of this step."""
-        return counter_uniform(self.seeds, self.step, shape)
-
-    def advance(self) -> None:
-        self.step.add_(1)
 
 
 def member_variance(outputs: torch.Tensor) -> torch.Tensor:
@@ -57,7 +42,7 @@ class MOD(Method):
     summary = "joint members; rewards disagreement on inputs drawn uniformly in the batch's feature box"
     joint = True
     packable = True
-    capturable = True  # its draws are made on the device (BoxDraws); nothing is read back
+    capturable = True  # its draws are made on the device (a CounterStream); nothing is read back
     pack_options = ("lam",)
 
     members: int = option(3, **MEMBERS_OPTION)
@@ -67,15 +52,15 @@ class MOD(Method):
     def label(self) -> str:
         return "MOD"
 
-    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> BoxDraws:
-        return BoxDraws(torch.tensor([member_seed(seed, 0, "method")], device=next(model.parameters()).device))
+    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> CounterStream:
+        return CounterStream(torch.tensor([member_seed(seed, 0, "method")], device=next(model.parameters()).device))
 
-    def stack_states(self, states: list[BoxDraws]) -> BoxDraws:
-        return BoxDraws(torch.cat([s.seeds for s in states]))  # one seed per run
+    def stack_states(self, states: list[CounterStream]) -> CounterStream:
+        return CounterStream.cat(states)  # one seed per run
 
     def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
         members = model.members // batch.runs
-        uniforms = batch.state.uniforms(tuple(batch.x.shape[-2:]))  # (runs, B, D)
+        uniforms = batch.state.uniform(tuple(batch.x.shape[-2:]))  # (runs, B, D)
         batch.state.advance()
         if batch.runs == 1:  # one run: its batch (B, D) is shared by the members, and so is the box
             outputs = model(box_samples(batch.x, uniforms[0]))

@@ -12,11 +12,12 @@ from bench.config import make_protocol
 from bench.conformance import toy_split
 from bench.errors import ConfigError
 from bench.models import StackedMLP
+from bench.seeding import CounterStream
 from bench.training.loop import train
 from methods import REGISTRY
 from methods.anchor_net import AnchorNet, anchor_distance
 from methods.base import Batch, Method
-from methods.mod import MOD, BoxDraws, box_samples, member_variance
+from methods.mod import MOD, box_samples, member_variance
 from methods.negcorr import NegCorr, negative_correlation
 from methods.rde import RDE, repulsion
 
@@ -43,7 +44,7 @@ def test_anchors_are_per_member_reproducible_and_scaled_by_sigma():
 
 def test_mod_draws_in_the_batch_box_and_rewards_member_variance():
     x = torch.tensor([[0.0, 10.0], [1.0, 30.0], [0.5, 20.0]])
-    draws = box_samples(x.repeat(100, 1), BoxDraws(torch.tensor([7])).uniforms((300, 2))[0])
+    draws = box_samples(x.repeat(100, 1), CounterStream(torch.tensor([7])).uniform((300, 2))[0])
     assert draws.shape == (300, 2)
     assert (draws[:, 0] >= 0).all() and (draws[:, 0] <= 1).all() and (draws[:, 1] >= 10).all() and (draws[:, 1] <= 30).all()
     # two members, one sample, two outputs: (1, 3) and (3, 3) -> variances 1 and 0 -> mean 0.5

@@ -46,14 +46,20 @@ def mixes(method: Method) -> bool:
                     for hook in ("build_model", "training_batch", "training_forward", "lr_factor", "after_step")))
 
 
+def loose_options(method: Method) -> set[str]:
+    """The options that may differ between the runs of one method in a pack: its pack options, and
+    its member count where members are its networks (not a joint method's unit, not snapshot
+    ensembles' cycles)."""
+    networks = not method.joint and method.n_networks == getattr(method, "members", None)
+    return {*method.pack_options} | ({"members"} if networks else set())
+
+
 def part_key(config: RunConfig) -> tuple | None:
     """What runs of one method must share to pack together; None for a run that trains alone."""
     method = config.make_method()
     if not method.packs_runs():
         return None
-    # members may differ inside a pack where they are its networks (not snapshot ensembles' cycles)
-    networks = not method.joint and method.n_networks == config.method_options.get("members")
-    loose = {*method.pack_options} | ({"members"} if networks else set())
+    loose = loose_options(method)
     fixed = {k: v for k, v in config.method_options.items() if k not in loose}
     unset = tuple(k for k in method.pack_options if config.method_options.get(k) is None)
     return config.method, json.dumps(fixed, sort_keys=True, default=str), unset, config.protocol
@@ -111,11 +117,11 @@ def packed_method(methods: list[Method], device: torch.device | str = "cpu") -> 
 
 
 def _same_part(a: Method, b: Method) -> bool:
-    """Whether two runs' methods are one part of a pack: one class, every option alike but the pack
-    options and the member count where members are networks (as part_key)."""
+    """Whether two runs' methods are one part of a pack: one class, every option alike but the loose
+    ones, and the same pack options unset (as part_key)."""
     if type(a) is not type(b):
         return False
-    loose = {*a.pack_options} | ({"members"} if not a.joint and a.n_networks == getattr(a, "members", None) else set())
+    loose = loose_options(a)
     return (all(getattr(a, f.name) == getattr(b, f.name) for f in dataclasses.fields(a) if f.name not in loose)
             and all((getattr(a, k) is None) == (getattr(b, k) is None) for k in a.pack_options))  # as part_key
 
