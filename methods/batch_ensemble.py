@@ -22,23 +22,27 @@ from methods.deep_ensemble import MEMBERS_OPTION
 
 
 class BatchEnsembleMLP(nn.Module):
-    """A ReLU MLP whose M members share W per layer and own rank-1 factors r, s and a bias."""
+    """A ReLU MLP whose members share W per layer and own rank-1 factors r, s and a bias. A pack of
+    runs (``stack``) holds each run's W on a leading run axis, (runs, in, out), and its members' r, s
+    and bias consecutively on the member axis: one batched matmul serves every run."""
 
-    def __init__(self, members: int, sizes: list[int]):
+    def __init__(self, members: int, sizes: list[int], runs: int = 1):
         super().__init__()
-        self.members = members
+        self.members, self.runs = members, runs  # members: all runs' members
         pairs = list(zip(sizes[:-1], sizes[1:]))
-        self.shared = nn.ParameterList(nn.Parameter(torch.empty(i, o)) for i, o in pairs)
+        self.shared = nn.ParameterList(nn.Parameter(torch.empty(runs, i, o)) for i, o in pairs)
         self.r = nn.ParameterList(nn.Parameter(torch.empty(members, i)) for i, _ in pairs)
         self.s = nn.ParameterList(nn.Parameter(torch.empty(members, o)) for _, o in pairs)
         self.bias = nn.ParameterList(nn.Parameter(torch.empty(members, o)) for _, o in pairs)
+        self._register_load_state_dict_pre_hook(_run_axis_of_old_weights)
 
     @torch.no_grad()
     def reset(self, seed: int, init: str, rank1_init: str) -> None:
+        """One run's draws (a model of one run)."""
         shared = member_generator(seed, 0, "init")           # W: one draw for the whole ensemble
         for w, bias in zip(self.shared, self.bias):
-            weight_bound, bias_bound = init_bounds(init, *w.shape)
-            w.uniform_(-weight_bound, weight_bound, generator=shared)
+            weight_bound, bias_bound = init_bounds(init, *w.shape[1:])
+            w[0].uniform_(-weight_bound, weight_bound, generator=shared)
             for m in range(self.members):
                 if bias_bound is None:
                     bias[m].zero_()
@@ -52,14 +56,53 @@ class BatchEnsembleMLP(nn.Module):
                 else:
                     factor[m].normal_(1.0, 0.5, generator=generator)
 
+    @property
+    def sizes(self) -> list[int]:
+        return [w.shape[1] for w in self.shared] + [self.shared[-1].shape[2]]
+
+    @staticmethod
+    @torch.no_grad()
+    def stack(models: list["BatchEnsembleMLP"]) -> "BatchEnsembleMLP":
+        """Several runs' models as one (a pack): their W on the run axis, their members one after another."""
+        out = BatchEnsembleMLP(sum(m.members for m in models), models[0].sizes, sum(m.runs for m in models))
+        out.to(models[0].shared[0].device)
+        for target, *sources in zip(out.parameters(), *(m.parameters() for m in models)):
+            target.copy_(torch.cat(sources))
+        return out
+
+    @torch.no_grad()
+    def select(self, members: list[int]) -> "BatchEnsembleMLP":
+        """A model of copies of the given members and their runs' W (whole runs: a run's part of a pack)."""
+        per_run = self.members // self.runs
+        runs = list(dict.fromkeys(m // per_run for m in members))
+        if sorted(members) != [r * per_run + i for r in runs for i in range(per_run)]:
+            raise ValueError("BatchEnsembleMLP.select takes whole runs' members")
+        out = BatchEnsembleMLP(len(members), self.sizes, len(runs)).to(self.shared[0].device)
+        run_index = torch.tensor(runs, device=self.shared[0].device)
+        member_index = torch.tensor(members, device=self.shared[0].device)
+        for name, target in out.named_parameters():
+            source = self.get_parameter(name)
+            target.copy_(source.index_select(0, run_index if name.startswith("shared") else member_index))
+        return out
+
     def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        """x: (N, in) shared by all members, or (M, N, in). Returns (M, N, out)."""
+        """x: (N, in) shared by all members, or (members, N, in). Returns (members, N, out)."""
         h = x.expand(self.members, *x.shape) if x.dim() == 2 else x
+        rows = h.shape[1]
         for layer, (w, r, s, b) in enumerate(zip(self.shared, self.r, self.s, self.bias)):
             if layer > 0:
                 h = torch.relu(h)
-            h = torch.matmul(h * r.unsqueeze(1), w) * s.unsqueeze(1) + b.unsqueeze(1)
+            # each run's (members x rows, in) @ its W: on the CPU one run's bmm computes as its matmul did
+            scaled = (h * r.unsqueeze(1)).reshape(self.runs, -1, w.shape[1])
+            h = torch.bmm(scaled, w).view(self.members, rows, -1) * s.unsqueeze(1) + b.unsqueeze(1)
         return h
+
+
+def _run_axis_of_old_weights(state_dict, prefix, *args) -> None:
+    """Weights saved before dare-bench 0.6.0 hold W as (in, out): the one run's row of the run axis."""
+    for key, value in list(state_dict.items()):
+        if key.startswith(prefix + "shared.") and value.dim() == 2:
+            state_dict[key] = value.unsqueeze(0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +111,7 @@ class BatchEnsemble(Method):
     summary = "members share each weight matrix and differ by rank-1 factors (Wen et al. 2020)"
     joint = True
     capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
+    packable = True  # runs of one member count pack across seeds: W on a run axis (BatchEnsembleMLP.stack)
 
     members: int = option(4, **MEMBERS_OPTION)
     rank1_init: str = choice("normal", ("normal", "random_sign"),

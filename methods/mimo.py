@@ -26,44 +26,70 @@ from methods.deep_ensemble import MEMBERS_OPTION
 
 
 class MIMONet(nn.Module):
-    """A ReLU MLP from M concatenated inputs to M heads of logits."""
+    """A ReLU MLP from M concatenated inputs to M heads of logits; a pack of runs (``stack``): one
+    such network per run, on the stacked MLP's network axis, and the runs' heads one after another on
+    the member axis."""
 
     def __init__(self, net: StackedMLP, heads: int):
         super().__init__()
-        self.net, self.members = net, heads
+        self.net, self.heads = net, heads
+        self.runs = net.members
+        self.members = self.runs * heads
+
+    @staticmethod
+    def stack(models: list["MIMONet"]) -> "MIMONet":
+        """Several runs' networks as one model (a pack)."""
+        return MIMONet(StackedMLP.stack([m.net for m in models]), models[0].heads)
+
+    def select(self, members: list[int]) -> "MIMONet":
+        """A model of copies of the given heads' networks (whole runs: a run's part of a pack)."""
+        runs = list(dict.fromkeys(m // self.heads for m in members))
+        if sorted(members) != [r * self.heads + h for r in runs for h in range(self.heads)]:
+            raise ValueError("MIMONet.select takes whole runs' heads")
+        return MIMONet(self.net.select(runs), self.heads)
 
     def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
-        """x (N, D), the same image for every head, or (M, N, D), each head its own; -> (M, N, K)."""
-        heads = self.members
+        """x (N, D), the same image for every head, or (runs x M, N, D), each head its own;
+        -> (runs x M, N, K)."""
+        heads, runs = self.heads, self.runs
         if x.dim() == 2:
-            joined = x.unsqueeze(1).expand(-1, heads, -1).reshape(x.shape[0], -1)
+            joined = x.unsqueeze(1).expand(-1, heads, -1).reshape(x.shape[0], -1)  # (N, M x D), every run's
         else:
-            joined = x.transpose(0, 1).reshape(x.shape[1], -1)
-        out = self.net(joined, dropout)[0]                      # (N, M * K)
-        return out.view(out.shape[0], heads, -1).transpose(0, 1)
+            joined = x.view(runs, heads, *x.shape[1:]).transpose(1, 2).reshape(runs, x.shape[1], -1)
+        out = self.net(joined, dropout)                                  # (runs, N, M x K)
+        return out.view(runs, out.shape[1], heads, -1).transpose(1, 2).reshape(self.members, out.shape[1], -1)
 
 
 class HeadShuffles:
-    """The per-step shuffles of a MIMO run, on the device: permutations sorted from the uniforms of
-    ``CounterStream``s (a seed per head, and one for the shuffle of the repeated batch that all
-    heads start from; one step counter), so the step reads nothing from the host and a CUDA graph
-    can replay it."""
+    """The per-step shuffles of MIMO runs, on the device: permutations sorted from the uniforms of
+    ``CounterStream``s (per run, a seed per head and one for the shuffle of the repeated batch that
+    all its heads start from; one step counter), so the step reads nothing from the host and a CUDA
+    graph can replay it. A pack's runs: ``cat``."""
 
-    def __init__(self, seed: int, heads: int, device: torch.device):
+    def __init__(self, heads: CounterStream, batch: CounterStream):
+        self.heads, self.batch = heads, batch  # rows: every run's heads; every run
+
+    @classmethod
+    def of_run(cls, seed: int, heads: int, device: torch.device) -> "HeadShuffles":
         seeds = torch.tensor([member_seed(seed, h, "method") for h in range(heads + 1)], device=device)
-        self.heads = CounterStream(seeds[:-1])
-        self.batch = CounterStream(seeds[-1:], self.heads.step)  # the same step
+        streams = CounterStream(seeds[:-1])
+        return cls(streams, CounterStream(seeds[-1:], streams.step))  # the same step
+
+    @classmethod
+    def cat(cls, states: list["HeadShuffles"]) -> "HeadShuffles":
+        streams = CounterStream.cat([s.heads for s in states])
+        return cls(streams, CounterStream(torch.cat([s.batch.seeds for s in states]), streams.step))
 
     @property
     def step(self) -> torch.Tensor:
         return self.heads.step
 
     def shared(self, rows: int) -> torch.Tensor:
-        """A permutation of ``rows`` rows for this step."""
-        return self.batch.uniform((rows,))[0].argsort(stable=True)
+        """(runs, rows): each run's permutation of ``rows`` rows for this step."""
+        return self.batch.uniform((rows,)).argsort(dim=1, stable=True)
 
     def per_head(self, rows: int) -> torch.Tensor:
-        """(heads, rows): each head's own permutation for this step."""
+        """(runs x heads, rows): each head's own permutation for this step."""
         return self.heads.uniform((rows,)).argsort(dim=1, stable=True)
 
     def advance(self) -> None:
@@ -76,6 +102,7 @@ class MIMO(Method):
     summary = "one network with M input and M output heads, each head trained on its own shuffle (Havasi et al. 2021)"
     joint = True  # one network: its heads share the batch (shuffled per head) and stop as one
     capturable = True  # its shuffles are drawn on the device (HeadShuffles); nothing is read back
+    packable = True  # runs of one head count pack across seeds: a network per run (MIMONet.stack)
 
     members: int = option(3, **{**MEMBERS_OPTION, "help": "heads M: inputs and outputs of the one network"})
     input_repetition: float = option(0.0, parse=parse_float, check=lambda v: 0 <= v <= 1,
@@ -97,14 +124,22 @@ class MIMO(Method):
         return MIMONet(net, heads)
 
     def prepare(self, model, seed, member_ids) -> "HeadShuffles":
-        return HeadShuffles(seed, len(member_ids), next(model.parameters()).device)
+        return HeadShuffles.of_run(seed, len(member_ids), next(model.parameters()).device)
+
+    def stack_states(self, states: list["HeadShuffles"]) -> "HeadShuffles":
+        return HeadShuffles.cat(states)
 
     def training_batch(self, x: torch.Tensor, y: torch.Tensor, state: "HeadShuffles"):
-        rows = x.shape[0] * self.batch_repetition
+        """x (B, D) of one run, or (runs x M, B, D) of a pack (a run's heads alike); y (runs x M, B)."""
         if self.members == 1 and self.batch_repetition == 1:
-            return x.unsqueeze(0), y  # a shuffle within the batch changes nothing for one head
-        base = torch.arange(x.shape[0], device=x.device).repeat(self.batch_repetition)[state.shared(rows)]
+            return (x.unsqueeze(0) if x.dim() == 2 else x), y  # a shuffle within the batch changes nothing for one head
+        batch = x.shape[-2]
+        rows = batch * self.batch_repetition
+        base = torch.arange(batch, device=x.device).repeat(self.batch_repetition)[state.shared(rows)]  # (runs, rows)
+        base = base.repeat_interleave(self.members, dim=0)              # each head its run's
         own = int(rows * (1.0 - self.input_repetition))  # the rows each head shuffles on its own
-        index = torch.cat([base[:own][state.per_head(own)], base[own:].expand(self.members, -1)], dim=1)
+        index = torch.cat([base[:, :own].gather(1, state.per_head(own)), base[:, own:]], dim=1)
         state.advance()
-        return x[index], y[0][index]
+        if x.dim() == 2:
+            return x[index], y[0][index]
+        return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1])), y.gather(1, index)

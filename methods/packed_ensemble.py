@@ -36,14 +36,21 @@ def group_mask(n_in: int, n_out: int, groups: int) -> torch.Tensor:
 
 
 class PackedMLP(StackedMLP):
-    """A stacked MLP whose weights after the first layer are masked to ``gamma`` groups per member."""
+    """A stacked MLP whose weights after the first layer are masked to ``gamma`` groups per member.
+    Each member is computed by the same kernel whatever the member count (``per_network_kernels``), so
+    runs pack: their members one after another on the member axis (``stack``, ``select``)."""
 
     def __init__(self, members: int, in_features: int, hidden: tuple[int, ...], out_features: int, gamma: int):
-        super().__init__(members, in_features, hidden, out_features)
+        super().__init__(members, in_features, hidden, out_features, per_network_kernels=True)
+        self.gamma = gamma
         sizes = [in_features, *hidden, out_features]
         for layer in range(len(sizes) - 1):
             mask = group_mask(sizes[layer], sizes[layer + 1], gamma if layer > 0 else 1)
             self.register_buffer(f"mask{layer}", mask)
+
+    def shaped_like(self, members: int) -> "PackedMLP":
+        sizes = self.sizes
+        return PackedMLP(members, sizes[0], tuple(sizes[1:-1]), sizes[-1], self.gamma).to(self.weights[0].device)
 
     def masks(self) -> list[torch.Tensor]:
         return [getattr(self, f"mask{layer}") for layer in range(len(self.weights))]
@@ -71,6 +78,7 @@ class PackedEnsemble(Method):
     summary = "M narrow members (width alpha*w/M, gamma groups each) packed in one network (Laurent et al. 2023)"
     joint = True
     capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
+    packable = True  # runs of one member count, alpha and gamma pack across seeds (PackedMLP.stack)
 
     members: int = option(4, **MEMBERS_OPTION)
     alpha: float = option(2.0, parse=parse_float, check=lambda v: 0 < v < float("inf"), allowed="a number > 0",

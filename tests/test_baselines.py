@@ -181,14 +181,27 @@ def test_bad_baseline_options_are_one_line(args, message, tmp_path, capsys):
 def test_batch_ensemble_layer_is_shared_weight_times_rank1_factors():
     from methods.batch_ensemble import BatchEnsemble
     model = BatchEnsemble(members=3, rank1_init="random_sign").build_model(0, [0, 1, 2], 4, (5,), 2, "torch")
-    assert len(model.shared) == 2 and model.shared[0].shape == (4, 5)  # one W per layer for all members
+    assert len(model.shared) == 2 and model.shared[0].shape == (1, 4, 5)  # one W per layer for all members
     assert set(torch.cat([r.flatten() for r in model.r]).tolist()) == {-1.0, 1.0}
     x = torch.randn(7, 4)
     out = model(x)
     for m in range(3):
-        h = torch.relu((x * model.r[0][m]) @ model.shared[0] * model.s[0][m] + model.bias[0][m])
-        expected = (h * model.r[1][m]) @ model.shared[1] * model.s[1][m] + model.bias[1][m]
+        h = torch.relu((x * model.r[0][m]) @ model.shared[0][0] * model.s[0][m] + model.bias[0][m])
+        expected = (h * model.r[1][m]) @ model.shared[1][0] * model.s[1][m] + model.bias[1][m]
         torch.testing.assert_close(out[m], expected)
+    # a pack of two runs: each run's members use its own W
+    other = BatchEnsemble(members=3, rank1_init="random_sign").build_model(1, [0, 1, 2], 4, (5,), 2, "torch")
+    pack = type(model).stack([model, other])
+    assert pack.shared[0].shape == (2, 4, 5) and pack.r[0].shape == (6, 4) and pack.runs == 2
+    assert torch.equal(pack(x), torch.cat([out, other(x)]))
+    assert torch.equal(pack.select([3, 4, 5])(x), other(x))
+    with pytest.raises(ValueError, match="whole runs"):
+        pack.select([2, 3, 4])
+    # weights saved before the run axis (W as (in, out)) still load
+    old = {k: v[0] if k.startswith("shared.") else v for k, v in model.state_dict().items()}
+    again = BatchEnsemble(members=3).build_model(5, [0, 1, 2], 4, (5,), 2, "torch")
+    again.load_state_dict(old)
+    assert torch.equal(again(x), out)
     normal = BatchEnsemble(members=50).build_model(0, list(range(50)), 40, (40,), 2, "torch")
     assert normal.r[0].mean().item() == pytest.approx(1.0, abs=0.05)
     assert normal.r[0].std().item() == pytest.approx(0.5, abs=0.05)

@@ -2,6 +2,7 @@
 nothing back to the host and its end reads once; early stop, checkpoints, non-finite members and
 DARE's switch are masks; CUDA graphs replay the same steps (the CUDA tests skip without a GPU)."""
 import collections
+import math
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from bench.reporting.report import protocol_groups
 from bench.training import loop as training_loop
 from bench.training.graphs import capture_wanted
 from bench.training.loop import train, train_pack
-from bench.training.members import Members
+from bench.training.members import Members, finite_members, leading_axis, member_abs_mean
 from bench.training.packs import packed_method
 from methods import REGISTRY
 from methods.dare import DARE, anti_regularizer
@@ -82,6 +83,14 @@ def test_a_pack_with_stops_checkpoints_and_switches_reads_back_once_an_epoch(rea
     assert all(reads == (0 if phase == "steps" else 1) for phase, reads in reads_per_phase)
 
 
+@pytest.mark.parametrize("name", ["batch_ensemble", "packed_ensemble", "mimo", "mod"])
+def test_a_pack_of_joint_runs_reads_back_once_an_epoch(name, reads_per_phase):
+    methods = [REGISTRY[name](members=2, checkpoint="best") for _ in range(3)]
+    train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods), PROTOCOL, TRAIN, 3,
+               progress=False, val=VAL)
+    assert reads_per_phase and all(reads == (0 if phase == "steps" else 1) for phase, reads in reads_per_phase)
+
+
 def params(values):
     return [torch.tensor(values, dtype=torch.float32).reshape(len(values), 1)]
 
@@ -137,6 +146,29 @@ def test_joint_members_decide_together_on_their_mean():
     accuracy = torch.tensor([0.9, 0.6, 0.95, 0.9])
     members.stop(members.active & (members.per_unit(accuracy) >= 0.8), epoch=2)
     assert members.active.tolist() == [True, True, False, False]  # run 0's mean is 0.75
+
+
+def test_a_parameter_on_the_run_axis_belongs_to_its_runs_members():
+    # two joint runs of two members: a per-member factor (4, 1) and a per-run weight (2, 1), as
+    # BatchEnsemble's r and W in a pack
+    factor, shared = torch.tensor([[1.0], [-2.0], [3.0], [4.0]]), torch.tensor([[10.0], [-20.0]])
+    members = Members([factor, shared], 4, 10, unit=True, device=torch.device("cpu"), run_of=[0, 0, 1, 1])
+    assert [leading_axis(p, 4, 2) for p in (factor, shared)] == ["member", "run"]
+    assert leading_axis(torch.zeros(3), 4, 1) == "whole"  # one run's weight that all its members share
+    with pytest.raises(ValueError, match="by member or by run"):
+        leading_axis(torch.zeros(3), 4, 2)
+    model = torch.nn.Module()
+    model.members, model.factor, model.shared = 4, torch.nn.Parameter(factor), torch.nn.Parameter(shared)
+    # |theta| per member: its factor and its run's weight, over 2 scalars
+    assert member_abs_mean(model, members.run_index, 2).tolist() == [5.5, 6.0, 11.5, 12.0]
+    shared[1, 0] = float("nan")  # run 1's weight: both its members, and only they, are not finite
+    assert finite_members([factor, shared], members.run_index, 2).tolist() == [True, True, False, False]
+    members.stop_nonfinite(torch.zeros(4), epoch=2)
+    assert members.diverged_epoch.tolist() == [0, 2] and members.active.tolist() == [True, True, False, False]
+    shared[0, 0], shared[1, 0] = 11.0, 12.0  # an optimiser step moves both runs
+    members.holding = True
+    members.hold_stopped()
+    assert shared.flatten().tolist()[0] == 11.0 and math.isnan(shared.flatten().tolist()[1])  # run 1 frozen
 
 
 def test_dare_switch_with_a_threshold_per_network():
@@ -238,6 +270,19 @@ def test_each_capturable_method_trains_bitwise_as_eager_steps_when_replayed(name
     assert graph.step == "graph" and eager.step == "eager"
     assert all(torch.equal(p, q) for p, q in zip(graph.model.parameters(), eager.model.parameters()))
     assert graph.history == eager.history
+
+
+@CUDA
+@pytest.mark.parametrize("name", ["batch_ensemble", "packed_ensemble", "mimo"])
+def test_a_pack_of_runs_that_share_weights_replays_bitwise_as_eager_steps(name):
+    methods = [REGISTRY[name](members=3, checkpoint="best") for _ in range(3)]
+    kw = dict(progress=False, val=VAL, device="cuda")
+    graph, eager = (train_pack([(m, s) for s, m in enumerate(methods)], packed_method(methods, "cuda"), PROTOCOL,
+                               TRAIN, 3, step=step, **kw) for step in ("graph", "eager"))
+    for a, b in zip(graph, eager):
+        assert a.step == "graph" and b.step == "eager"
+        assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+        assert a.history == b.history
 
 
 @CUDA

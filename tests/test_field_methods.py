@@ -55,7 +55,7 @@ def test_mimo_heads_see_their_own_shuffles_and_the_same_test_image():
     method = make("mimo", members=3, input_repetition=0.25, batch_repetition=2)
     x = torch.arange(8.0).unsqueeze(1).expand(8, FEATURES)  # row i holds the number i
     y = torch.arange(8).expand(3, 8)
-    shuffles = HeadShuffles(0, 3, torch.device("cpu"))
+    shuffles = HeadShuffles.of_run(0, 3, torch.device("cpu"))
     xb, yb = method.training_batch(x, y, shuffles)
     assert xb.shape == (3, 16, FEATURES) and yb.shape == (3, 16)
     assert shuffles.step.item() == 1 and not torch.equal(method.training_batch(x, y, shuffles)[1], yb)  # a new draw

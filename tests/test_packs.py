@@ -101,16 +101,17 @@ def test_runs_pack_by_method_protocol_and_fixed_options_across_seeds_and_splits(
                 make_run_config("mod", {"members": 2, "lam": 0.1}, protocol, 0),
                 make_run_config("mod", {"members": 2, "lam": 1.0}, protocol, 1),
                 make_run_config("mod", {"members": 3}, protocol, 0),
-                make_run_config("batch_ensemble", {}, protocol, 0)]
+                make_run_config("batch_ensemble", {}, protocol, 0), make_run_config("batch_ensemble", {}, protocol, 1),
+                make_run_config("batch_ensemble", {"members": 2}, protocol, 1)]
     packs = make_packs(configs, max_networks=16)
     # seeds 0 and 1 pack although their splits differ; loss=mse is another pack; a joint method packs
-    # runs of equal member counts only; BatchEnsemble (members share weights) trains alone
+    # runs of equal member counts only (BatchEnsemble too, whose members share weights)
     assert [[(c.seed, c.method_options["members"], c.method_options["threshold"]) for c in p] for p in packs[:2]] == [
         [(0, 1, 0.1), (0, 1, 0.3), (0, 3, 0.1), (0, 3, 0.3), (1, 1, 0.1), (1, 1, 0.3), (1, 3, 0.1), (1, 3, 0.3)],
         [(0, 2, 0.1)]]
     assert [[(c.method, c.seed, c.make_method().n_networks) for c in p] for p in packs[2:]] == [
-        [("mod", 0, 2), ("mod", 1, 2)], [("mod", 0, 3)], [("batch_ensemble", 0, 4)]]
-    assert pack_key(configs[-1]) is None
+        [("mod", 0, 2), ("mod", 1, 2)], [("mod", 0, 3)], [("batch_ensemble", 0, 4), ("batch_ensemble", 1, 4)],
+        [("batch_ensemble", 1, 2)]]
     assert [len(p) for p in make_packs(configs[:4], max_networks=5)] == [3, 1]  # 1 + 1 + 3 networks, then 3
     assert [len(p) for p in make_packs(configs[:4], max_networks=1)] == [1, 1, 1, 1]
 
@@ -136,6 +137,16 @@ def test_runs_whose_splits_differ_train_in_one_pack_as_each_trains_alone():
     ("mod", [({"members": 2, "lam": 0.1}, 0), ({"members": 2, "lam": 1.0}, 1), ({"members": 2, "lam": 0.1}, 2)]),
     ("negcorr", [({"members": 3, "lam": 0.5}, 0), ({"members": 3, "lam": 0.01}, 1)]),
     ("rde", [({"members": 2}, 0), ({"members": 2}, 1), ({"members": 2}, 2)]),
+    ("batch_ensemble", [({"members": 3}, 0), ({"members": 3}, 1), ({"members": 3}, 2)]),
+    ("batch_ensemble", [({"members": 2, "rank1_init": "random_sign"}, 0),
+                        ({"members": 2, "rank1_init": "random_sign"}, 2)]),
+    ("packed_ensemble", [({"members": 2}, 0), ({"members": 2}, 1), ({"members": 2}, 2)]),
+    ("packed_ensemble", [({"members": 3, "gamma": 2, "alpha": 3.0}, 1),
+                         ({"members": 3, "gamma": 2, "alpha": 3.0}, 2)]),
+    ("mimo", [({"members": 3}, 0), ({"members": 3}, 1), ({"members": 3}, 2)]),
+    ("mimo", [({"members": 2, "input_repetition": 0.5, "batch_repetition": 2}, 0),
+              ({"members": 2, "input_repetition": 0.5, "batch_repetition": 2}, 1)]),
+    ("mimo", [({"members": 1}, 0), ({"members": 1}, 1)]),
 ])
 def test_a_pack_of_joint_runs_trains_each_run_as_it_trains_alone(name, runs):
     # each run keeps its unit: its members share the run's batches, its term, its checkpoint and stop
@@ -275,14 +286,10 @@ def test_packable_is_declared_by_a_class_not_inherited():
     class Coupled(DeepEnsemble):  # a subclass may couple its members: it packs only if it says so
         pass
 
-    assert [REGISTRY[n].packs_runs() for n in ("deep_ensemble", "dare", "anchor_net", "single_network", "mod",
-                                               "negcorr", "rde", "mc_dropout", "swag", "snapshot_ensemble")] == [True] * 10
+    assert all(cls.packs_runs() for cls in REGISTRY.values()) and len(REGISTRY) >= 14  # every built-in method
     snapshots = [make_run_config("snapshot_ensemble", {"members": k}, make_protocol({"val_size": 10}), 0) for k in (3, 5)]
     assert pack_key(snapshots[0]) != pack_key(snapshots[1])  # its members are cycles: a pack shares them
     assert not Coupled.packs_runs()
-    assert not REGISTRY["batch_ensemble"].packs_runs() and not REGISTRY["packed_ensemble"].packs_runs()
-    protocol = make_protocol({"val_size": 10})
-    assert pack_key(make_run_config("batch_ensemble", {}, protocol, 0)) is None
 
 
 SLOW_PLUGIN = '''
@@ -379,6 +386,40 @@ def test_a_joint_run_that_goes_non_finite_leaves_the_other_runs_of_its_pack_unto
     assert isinstance(packed[1], Diverged)
     for method, result in [(runs[0], packed[0]), (runs[2], packed[2])]:
         assert_same(alone(method, 0), result)
+
+
+from methods.batch_ensemble import BatchEnsemble  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class PoisonedBatchEnsemble(BatchEnsemble):
+    """BatchEnsemble whose shared weights (the run axis of a pack) go non-finite from the step ``poison``
+    on (0: never)."""
+    name = "poisoned_batch_ensemble"
+    summary = "goes non-finite on purpose"
+    packable = True
+    pack_options = ("poison",)
+    poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+
+    def penalty(self, model, task_loss, batch):
+        steps = getattr(PoisonedBatchEnsemble, "_steps", 0) + 1
+        PoisonedBatchEnsemble._steps = steps
+        broken = (torch.as_tensor(self.poison) > 0) & (torch.as_tensor(self.poison) <= steps)
+        scale = torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
+        per_run = model.shared[0].flatten(1).sum(1)  # a NaN gradient for the broken run's W only
+        return per_run.repeat_interleave(model.members // model.runs) * scale
+
+
+def test_a_run_whose_shared_weights_go_non_finite_leaves_the_other_runs_of_its_pack_untouched():
+    runs = [PoisonedBatchEnsemble(members=2, checkpoint="best"),
+            PoisonedBatchEnsemble(members=2, poison=5, checkpoint="best"),
+            PoisonedBatchEnsemble(members=2, checkpoint="best")]
+    PoisonedBatchEnsemble._steps = 0
+    packed = train_pack([(m, s) for s, m in enumerate(runs)], packed_method(runs), PROTOCOL, TRAIN, 32,
+                        progress=False, val=VAL)
+    assert isinstance(packed[1], Diverged)
+    for seed in (0, 2):
+        assert_same(alone(runs[seed], seed), packed[seed])
 
 
 def test_auto_pack_size_is_capped_per_device_and_bounded_by_memory(monkeypatch):

@@ -230,7 +230,8 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
 def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
              final_val: list[float], step: str) -> list[TrainResult | Diverged]:
     """Each run's part of a pack's training: its TrainResult, or its Diverged."""
-    abs_mean, kept = member_abs_mean(model).tolist(), members.kept_epoch.tolist()  # one host copy each
+    # one host copy each
+    abs_mean, kept = member_abs_mean(model, members.run_index, members.runs).tolist(), members.kept_epoch.tolist()
     epochs_run, nonfinite = members.stopped_epoch.tolist(), members.nonfinite_epoch.tolist()
     diverged = members.diverged_epoch.tolist()
     out: list[TrainResult | Diverged] = []
@@ -329,7 +330,8 @@ def _end_epoch(loop: _Loop, epoch: int, history: list[dict], started: float) -> 
         members.stop(members.active & (members.per_unit(epoch_acc) >= early_stop_acc), epoch)
     nan = torch.full_like(epoch_loss, float("nan"))
     loss, acc, val, abs_mean, kept, active = torch.stack([  # the epoch's one read back to the host
-        epoch_loss, epoch_acc, nan if val_loss is None else val_loss, member_abs_mean(loop.model),
+        epoch_loss, epoch_acc, nan if val_loss is None else val_loss,
+        member_abs_mean(loop.model, members.run_index, members.runs),
         recorded.float(), members.active.float()]).tolist()
     for i, m in enumerate(loop.member_ids):
         if kept[i]:

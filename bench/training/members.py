@@ -16,38 +16,60 @@ def per_member(mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Te
     return torch.where(mask.view(-1, *[1] * (a.dim() - 1)), a, b)
 
 
-def has_member_axis(p: torch.Tensor, members: int) -> bool:
-    """Whether ``p`` is stacked on a leading member axis; any other parameter (a shared weight, as in
-    BatchEnsemble) belongs to every member."""
-    return p.dim() >= 1 and p.shape[0] == members
+def leading_axis(p: torch.Tensor, members: int, runs: int = 1) -> str:
+    """How parameter ``p`` of a model of ``members`` members (of ``runs`` runs, a pack) is stacked:
+    ``member``, one row per member; ``run``, one row per run, shared by the run's members (BatchEnsemble's
+    weight matrices, MIMO's network); ``whole``, no such axis (one run's parameter that all its
+    members share). When each run has one member the two axes are one."""
+    if p.dim() >= 1 and p.shape[0] == members:
+        return "member"
+    if p.dim() >= 1 and p.shape[0] == runs:
+        return "run"
+    if runs > 1:
+        raise ValueError(f"a pack of {runs} runs ({members} members) has a parameter of shape {tuple(p.shape)}: "
+                         "a packed model stacks every parameter by member or by run")
+    return "whole"
 
 
 @torch.no_grad()
-def finite_members(params: list[torch.Tensor], members: int) -> torch.Tensor:
-    """(M,) bool: every parameter of the member is finite. A parameter without a member axis (shared)
-    counts for every member. Computed on the device: no host read."""
+def finite_members(params: list[torch.Tensor], run_index: torch.Tensor, runs: int) -> torch.Tensor:
+    """(M,) bool: every parameter of the member is finite. A parameter on the run axis (``run_index``:
+    each member's run) counts for its run's members, one without an axis for every member. Computed on
+    the device: no host read."""
+    members = len(run_index)
     ok = torch.ones(members, dtype=torch.bool, device=params[0].device)
     for p in params:
-        if has_member_axis(p, members):
+        axis = leading_axis(p, members, runs)
+        if axis == "member":
             ok &= torch.isfinite(p).reshape(members, -1).all(dim=1)
+        elif axis == "run":
+            ok &= torch.isfinite(p).reshape(runs, -1).all(dim=1).index_select(0, run_index)
         else:
             ok &= torch.isfinite(p).all()
     return ok
 
 
 @torch.no_grad()
-def member_abs_mean(model: torch.nn.Module) -> torch.Tensor:
+def member_abs_mean(model: torch.nn.Module, run_index: torch.Tensor | None = None, runs: int = 1) -> torch.Tensor:
     """Mean |theta| of each member's parameters, shape (M,): what DARE's anti-regularizer inflates.
-    A parameter with a leading member axis counts for its member; any other (a shared weight, as in
-    BatchEnsemble) counts for every member."""
+    A parameter with a leading member axis counts for its member; one on the run axis of a pack
+    (``run_index``: each member's run) for its run's members; any other (a shared weight of one run,
+    as in BatchEnsemble) for every member."""
     members = model.members
+    device = next(model.parameters()).device
+    if run_index is None:
+        run_index = torch.zeros(members, dtype=torch.long, device=device)
     # float64 sums rounded to float32: the same value whatever the member count (a float32 sum's
     # rounding depends on how the reduction is split over threads, which depends on the count)
-    total = torch.zeros(members, dtype=torch.float64, device=next(model.parameters()).device)
+    total = torch.zeros(members, dtype=torch.float64, device=device)
     count = 0
     for p in model.parameters():
-        if has_member_axis(p, members):
+        axis = leading_axis(p, members, runs)
+        if axis == "member":
             total += p.abs().reshape(members, -1).sum(dim=1, dtype=torch.float64)
+            count += p[0].numel()
+        elif axis == "run":
+            total += p.abs().reshape(runs, -1).sum(dim=1, dtype=torch.float64).index_select(0, run_index)
             count += p[0].numel()
         else:
             total += p.abs().sum(dtype=torch.float64)
@@ -73,6 +95,7 @@ class Members:
         # each run's members: consecutive on the member axis (a unit is one run's members)
         self.run_bounds = [(self.run_of.index(r), len(self.run_of) - self.run_of[::-1].index(r))
                            for r in dict.fromkeys(self.run_of)]
+        self.runs = len(self.run_bounds)
         self.run_index = torch.tensor(self.run_of, device=device)
         self.active = torch.ones(count, dtype=torch.bool, device=device)
         self.stopped_epoch = torch.full((count,), epochs, dtype=torch.long, device=device)  # epochs trained
@@ -93,12 +116,16 @@ class Members:
         return torch.cat([decision[a:b].float().mean().expand(b - a) for a, b in self.run_bounds])
 
     def choose(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """a for the members in ``mask`` (a unit: all of the run's members or none), b for the others."""
+        """a for the members in ``mask`` (a unit: all of the run's members or none), b for the others;
+        a and b stacked as one parameter (``leading_axis``: on the member axis, or a unit's on the run axis)."""
         if not self.unit:
             return per_member(mask, a, b)
-        if len(self.run_bounds) == 1:
+        if self.runs == 1:
             return torch.where(mask.all(), a, b)
-        return per_member(torch.cat([mask[i:j].all().expand(j - i) for i, j in self.run_bounds]), a, b)
+        whole_runs = torch.stack([mask[i:j].all() for i, j in self.run_bounds])
+        if leading_axis(a, self.count, self.runs) == "run":
+            return per_member(whole_runs, a, b)
+        return per_member(whole_runs.index_select(0, self.run_index), a, b)
 
     @torch.no_grad()
     def stop(self, mask: torch.Tensor, epoch: int, nonfinite: bool = False) -> None:
@@ -126,7 +153,7 @@ class Members:
         """Stop the members whose loss or weights went non-finite, back on their checkpoint (Keras'
         restore-on-checkpoint does the same). A run with such a member that has none (or whose
         members are one unit) diverged: all its members stop, and the other runs go on."""
-        broken = self.active & ~(torch.isfinite(epoch_loss) & finite_members(self.params, self.count))
+        broken = self.active & ~(torch.isfinite(epoch_loss) & finite_members(self.params, self.run_index, self.runs))
         saved = self.kept_epoch > 0 if self.saved is not None and not self.unit else torch.zeros_like(broken)
         lost_run = torch.zeros_like(self.diverged_epoch).index_add_(0, self.run_index, (broken & ~saved).long()) > 0
         self.diverged_epoch = torch.where(lost_run & (self.diverged_epoch == 0), epoch, self.diverged_epoch)
