@@ -154,12 +154,14 @@ class StackedMLP(nn.Module):
         """The (members, in, out) weight that layer ``layer`` applies; a subclass may constrain it."""
         return self.weights[layer]
 
-    def forward(self, x: torch.Tensor, dropout: bool | Callable[[int, torch.Tensor], torch.Tensor] = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, dropout: bool | Callable[[int, torch.Tensor], torch.Tensor] = False,
+                span: tuple[int, int] | None = None) -> torch.Tensor:
         """x: (N, in) shared by all members, or (members, N, in). Returns logits (members, N, out).
         dropout: False; True (torch's dropout at the model's rate, from torch's global generator); or
         a function (layer, h) -> h that drops hidden activations its own way (MC dropout's
-        per-network masks in training)."""
+        per-network masks in training). ``span`` (a, b): members [a, b) only (``MemberSlice``)."""
         h = x
+        a, b = span or (0, self.members)
         for layer, bias in enumerate(self.biases):
             if layer > 0:
                 h = torch.relu(h)
@@ -167,17 +169,24 @@ class StackedMLP(nn.Module):
                     h = dropout(layer, h)
                 elif dropout and self.dropout > 0:
                     h = F.dropout(h, self.dropout, training=True)
-            h = member_linear(h, self.layer_weight(layer), bias, self.per_network_kernels)
+            weight = self.layer_weight(layer)
+            if span is not None:
+                weight, bias = weight[a:b], bias[a:b]
+            h = member_linear(h, weight, bias, self.per_network_kernels)
         return h
 
 
 class MemberSlice:
     """Members [a, b) of a stacked model as a penalty sees them (``bench.training.packs.MixedPack``):
-    their parameters are slices of the model's, so gradients flow back into the model."""
+    their parameters are slices of the model's, and calling it runs those members only, so
+    gradients flow back into the model."""
 
-    def __init__(self, model: nn.Module, a: int, b: int):
+    def __init__(self, model: StackedMLP, a: int, b: int):
         self.model, self.a, self.b = model, a, b
         self.members = b - a
 
     def parameters(self):
         return iter([p[self.a:self.b] for p in self.model.parameters()])
+
+    def __call__(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
+        return self.model(x, dropout, span=(self.a, self.b))

@@ -148,6 +148,28 @@ def test_joint_members_decide_together_on_their_mean():
     assert members.active.tolist() == [True, True, False, False]  # run 0's mean is 0.75
 
 
+def test_in_a_mixed_pack_only_the_joint_runs_decide_as_one():
+    # run 0: two independent networks; run 1: a joint run of two members
+    weights = params([1.0, 2.0, 3.0, 4.0])
+    members = Members(weights, 4, 10, unit=[False, True], device=torch.device("cpu"), run_of=[0, 0, 1, 1])
+    accuracy = torch.tensor([0.9, 0.6, 0.95, 0.6])
+    assert members.per_unit(accuracy).tolist() == pytest.approx([0.9, 0.6, 0.775, 0.775])
+    members.stop(members.active & (members.per_unit(accuracy) >= 0.7), epoch=2)
+    assert members.active.tolist() == [False, True, False, False]
+    weights[0] += 1.0
+    members.holding = True
+    members.hold_stopped()
+    assert weights[0].flatten().tolist() == [1.0, 3.0, 3.0, 4.0]
+    # a non-finite joint run has no member checkpoint to go back to: it ends; a network of run 0 restores
+    fresh = Members(params([1.0, 2.0, 3.0, 4.0]), 4, 10, unit=[False, True], device=torch.device("cpu"),
+                    run_of=[0, 0, 1, 1])
+    fresh.checkpoint(DeepEnsemble(checkpoint="best").checkpoint_saves, torch.tensor([0.5, 0.5, 0.5, 0.5]), epoch=1)
+    fresh.params[0].copy_(torch.tensor([[float("nan")], [2.0], [float("nan")], [4.0]]))
+    fresh.stop_nonfinite(torch.zeros(4), epoch=2)
+    assert fresh.diverged_epoch.tolist() == [0, 2] and fresh.active.tolist() == [False, True, False, False]
+    assert fresh.params[0][0].item() == 1.0 and fresh.nonfinite_epoch.tolist() == [2, 0, 0, 0]
+
+
 def test_a_parameter_on_the_run_axis_belongs_to_its_runs_members():
     # two joint runs of two members: a per-member factor (4, 1) and a per-run weight (2, 1), as
     # BatchEnsemble's r and W in a pack

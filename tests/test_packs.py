@@ -104,14 +104,17 @@ def test_runs_pack_by_method_protocol_and_fixed_options_across_seeds_and_splits(
                 make_run_config("batch_ensemble", {}, protocol, 0), make_run_config("batch_ensemble", {}, protocol, 1),
                 make_run_config("batch_ensemble", {"members": 2}, protocol, 1)]
     packs = make_packs(configs, max_networks=16)
-    # seeds 0 and 1 pack although their splits differ; loss=mse is another pack; a joint method packs
-    # runs of equal member counts only (BatchEnsemble too, whose members share weights)
-    assert [[(c.seed, c.method_options["members"], c.method_options["threshold"]) for c in p] for p in packs[:2]] == [
-        [(0, 1, 0.1), (0, 1, 0.3), (0, 3, 0.1), (0, 3, 0.3), (1, 1, 0.1), (1, 1, 0.3), (1, 3, 0.1), (1, 3, 0.3)],
-        [(0, 2, 0.1)]]
-    assert [[(c.method, c.seed, c.make_method().n_networks) for c in p] for p in packs[2:]] == [
-        [("mod", 0, 2), ("mod", 1, 2)], [("mod", 0, 3)], [("batch_ensemble", 0, 4), ("batch_ensemble", 1, 4)],
-        [("batch_ensemble", 1, 2)]]
+    # seeds 0 and 1 pack although their splits differ; loss=mse is another part of the (mixed) pack;
+    # a joint method's part holds runs of equal member counts only; BatchEnsemble (its own model)
+    # packs with its own method only
+    assert [[(c.method, c.seed, c.method_options["members"]) for c in p] for p in packs] == [
+        [("dare", s, m) for s in (0, 1) for m in (1, 1, 3, 3)],
+        [("dare", 0, 2), ("mod", 0, 2), ("mod", 1, 2), ("mod", 0, 3)],
+        [("batch_ensemble", 0, 4), ("batch_ensemble", 1, 4)], [("batch_ensemble", 1, 2)]]
+    assert [c.method_options["threshold"] for c in packs[0]] == [0.1, 0.3] * 4
+    mixed = packed_method([c.make_method() for c in packs[1]])
+    assert [(type(m).__name__, a, b) for m, a, b in mixed.parts] == [("DARE", 0, 2), ("MOD", 2, 6), ("MOD", 6, 9)]
+    assert mixed.runs == (1, 2, 1)
     assert [len(p) for p in make_packs(configs[:4], max_networks=5)] == [3, 1]  # 1 + 1 + 3 networks, then 3
     assert [len(p) for p in make_packs(configs[:4], max_networks=1)] == [1, 1, 1, 1]
 
@@ -438,12 +441,15 @@ MIXED = [(DeepEnsemble(members=2, checkpoint="best"), 0), (DeepEnsemble(members=
          (REGISTRY["dare"](members=2, threshold=0.3, checkpoint="last_below_threshold"), 0),
          (REGISTRY["dare"](members=1, threshold=1.0, checkpoint="last_below_threshold"), 1),
          (REGISTRY["anchor_net"](members=2, sigma=0.1, lam=10.0), 0), (REGISTRY["single_network"](), 2),
-         (REGISTRY["laplace"](members=2), 3)]
+         (REGISTRY["laplace"](members=2), 3),
+         (REGISTRY["mod"](members=2, lam=0.1, checkpoint="best"), 0), (REGISTRY["mod"](members=2, lam=1.0, checkpoint="best"), 1),
+         (REGISTRY["negcorr"](members=3, lam=0.5), 2), (REGISTRY["rde"](members=2), 0), (REGISTRY["rde"](members=2), 3)]
 
 
 def test_a_mixed_pack_trains_each_run_as_it_trains_alone():
-    # DE (NLL) with checkpoints, DE (MSE), DARE with two thresholds, AnchorNet, a single network and
-    # a Laplace ensemble's training: one pack, each part's loss, penalty and checkpoint rule its own
+    # DE (NLL) with checkpoints, DE (MSE), DARE with two thresholds, AnchorNet, a single network, a
+    # Laplace ensemble's training and the joint MOD (two runs), NegCorr (one) and RDE (two): one pack,
+    # each part's loss, penalty and checkpoint rule its own, each joint run one unit
     methods = [m for m, _ in MIXED]
     packed = train_pack(MIXED, packed_method(methods), PROTOCOL, TRAIN, 32, progress=False, val=VAL)
     for (method, seed), result in zip(MIXED, packed):
@@ -457,17 +463,17 @@ def test_methods_that_mix_share_packs_by_protocol():
                 ("deep_ensemble", {"members": 2, "loss": "mse"}), ("mod", {"members": 2}))]
     configs.append(make_run_config("deep_ensemble", {"members": 2}, make_protocol({"val_size": 20}), 0))
     packs = make_packs(configs, max_networks=50)
-    # each method's runs consecutive (a MixedPack's parts); MC dropout (its dropout), joint methods and
-    # another protocol apart
+    # each method's runs consecutive (a MixedPack's parts; the joint MOD's too); MC dropout (its
+    # dropout) and another protocol apart
     assert [[(c.method, c.method_options.get("loss"), c.seed) for c in p] for p in packs] == [
         [("deep_ensemble", "ce", 0), ("deep_ensemble", "ce", 1), ("dare", "ce", 0), ("dare", "ce", 1),
-         ("deep_ensemble", "mse", 0), ("deep_ensemble", "mse", 1)],
-        [("mc_dropout", None, 0), ("mc_dropout", None, 1)], [("mod", None, 0), ("mod", None, 1)],
-        [("deep_ensemble", "ce", 0)]]
+         ("deep_ensemble", "mse", 0), ("deep_ensemble", "mse", 1), ("mod", None, 0), ("mod", None, 1)],
+        [("mc_dropout", None, 0), ("mc_dropout", None, 1)], [("deep_ensemble", "ce", 0)]]
     methods = [c.make_method() for c in packs[0]]
     mixed = packed_method(methods)
     assert [(type(m).__name__, a, b) for m, a, b in mixed.parts] == [
-        ("DeepEnsemble", 0, 4), ("DARE", 4, 8), ("DeepEnsemble", 8, 12)] and mixed.runs == (2, 2, 2)
+        ("DeepEnsemble", 0, 4), ("DARE", 4, 8), ("DeepEnsemble", 8, 12), ("MOD", 12, 16)]
+    assert mixed.runs == (2, 2, 2, 2)
 
 
 def test_a_packed_swag_run_samples_its_own_posterior():

@@ -158,7 +158,7 @@ class _Loop:
     members: Members
     data: PackData
     order_gens: list[torch.Generator]  # per network; joint runs: per run (its members share batches); on the device
-    run_rows: torch.Tensor | None      # a pack of joint runs: each member's row of the runs' batch order
+    order_rows: torch.Tensor | None    # each network's row of the batch orders (None: one row each, or one joint run)
     member_ids: list[int]
     device: torch.device
     label: str
@@ -166,6 +166,7 @@ class _Loop:
     loss_sum: torch.Tensor           # (M,) the epoch's task loss x rows, summed over steps, on the device
     correct: torch.Tensor            # (M,) the epoch's correct training predictions
     scheduled: bool = False          # the method sets the learning rate along the schedule (lr_factor)
+    task_weight: Any = 1.0           # of each network's task loss: a joint run's is 1/M (a float, or per network)
     steps: Any = None                # how a step runs: eagerly (None) or replayed from a CUDA graph (graphs.CapturedSteps)
 
 
@@ -185,6 +186,18 @@ def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features:
     return type(models[0]).stack(models), packed.stack_states(states)  # the model's own stack (SWAGNet's)
 
 
+def _task_weight(runs: list[PackRun], packed: Method, device: torch.device) -> float | torch.Tensor:
+    """The weight of each network's task loss in its objective: a joint run's one objective is
+    (1/M) sum_m task_m + its term; an independent network's is its own task loss. A float where the
+    pack holds one kind, else per network (a mixed pack with joint runs)."""
+    if not any(run.method.joint for run in runs):
+        return 1.0
+    if packed.joint:  # the runs of a joint pack have equal member counts
+        return 1.0 / len(runs[0].member_ids)
+    return torch.tensor([1.0 / len(run.member_ids) if run.method.joint else 1.0
+                         for run in runs for _ in run.member_ids], device=device)
+
+
 def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
                    device: torch.device, progress: bool, label: str, step_mode: str = "auto") -> list[TrainResult | Diverged]:
     if packed.joint and len({len(run.member_ids) for run in runs}) > 1:
@@ -200,16 +213,24 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
     # capturable: its step count stays on the device, as a CUDA graph needs (the same kernel computes)
     optimizer = torch.optim.Adam(params, lr=lr, eps=protocol.adam_eps, fused=True, capturable=captured)
     optimizer._warned_capturable_if_run_uncaptured = True  # the warm-up steps run uncaptured on purpose
-    # independent members each draw their own data order; joint ones share member 0's
-    order_gens = [member_generator(run.seed, m, "data_order", device)
-                  for run in runs for m in ([0] if packed.joint else run.member_ids)]
+    # independent members each draw their own data order; a joint run's members share member 0's
+    order_gens, order_rows = [], []
+    for run in runs:
+        if run.method.joint:
+            order_gens.append(member_generator(run.seed, 0, "data_order", device))
+            order_rows += [len(order_gens) - 1] * len(run.member_ids)
+        else:
+            for m in run.member_ids:
+                order_rows.append(len(order_gens))
+                order_gens.append(member_generator(run.seed, m, "data_order", device))
     run_of = [r for r, run in enumerate(runs) for _ in run.member_ids]
-    members = Members(params, model.members, protocol.epochs, packed.joint, device, run_of)
-    run_rows = torch.tensor(run_of, device=device) if packed.joint and len(runs) > 1 else None
+    members = Members(params, model.members, protocol.epochs, [run.method.joint for run in runs], device, run_of)
+    one_each = len(order_gens) == members.count or (packed.joint and len(runs) == 1)
     zeros = torch.zeros(members.count, device=device)
-    loop = _Loop(packed, protocol, model, state, optimizer, members, data, order_gens, run_rows,
+    loop = _Loop(packed, protocol, model, state, optimizer, members, data, order_gens,
+                 None if one_each else torch.tensor(order_rows, device=device),
                  [m for run in runs for m in run.member_ids], device, label, progress, zeros, zeros.clone(),
-                 scheduled=scheduled)
+                 scheduled=scheduled, task_weight=_task_weight(runs, packed, device))
     if captured:
         loop.steps = CapturedSteps(lambda idx: _step(loop, idx), members)
     history: list[dict] = []
@@ -290,8 +311,8 @@ def _step(loop: _Loop, idx: torch.Tensor) -> None:
     runs = len(loop.order_gens) if method.joint else 1
     # (M, B, D), (M, B): each member its own batch. Joint methods: each run's members see the run's
     # batch; one run's is one (B, D) batch that the model broadcasts to its members.
-    if loop.run_rows is not None:
-        idx = idx.index_select(0, loop.run_rows)
+    if loop.order_rows is not None:
+        idx = idx.index_select(0, loop.order_rows)
     xb, yb = loop.data.train.gather(idx)
     if method.joint and runs == 1:
         xb, yb = xb[0], yb.expand(members.count, -1)
@@ -301,8 +322,7 @@ def _step(loop: _Loop, idx: torch.Tensor) -> None:
     task = method.task_loss(logits, yb)
     penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs))
     # joint: each run one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
-    task_weight = 1.0 / (members.count // runs) if method.joint else 1.0
-    loss = task * task_weight if penalty is None else task * task_weight + penalty
+    loss = task * loop.task_weight if penalty is None else task * loop.task_weight + penalty
     loop.optimizer.zero_grad(set_to_none=True)
     (loss * members.active).sum().backward()  # sum, not mean: member m's gradient is its own loss's
     loop.optimizer.step()

@@ -84,19 +84,23 @@ class Members:
 
     Every decision is a mask on the device, so an epoch runs without reading anything back to the
     host; the loop reads the epoch's outcome once, at its end (``bench.training.loop``), and tells
-    the members whether any of them has stopped (``holding``). Jointly trained members (``unit``)
-    are one model: checkpointed, stopped and frozen together, on member means.
+    the members whether any of them has stopped (``holding``). Jointly trained members (``unit``, per
+    run) are one model: checkpointed, stopped and frozen together, on member means.
     """
 
-    def __init__(self, params: list[torch.Tensor], count: int, epochs: int, unit: bool, device: torch.device,
-                 run_of: list[int] | None = None):
-        self.params, self.count, self.unit = params, count, unit
+    def __init__(self, params: list[torch.Tensor], count: int, epochs: int, unit: bool | list[bool],
+                 device: torch.device, run_of: list[int] | None = None):
+        self.params, self.count = params, count
         self.run_of = run_of or [0] * count  # the run each member belongs to (a pack holds several)
         # each run's members: consecutive on the member axis (a unit is one run's members)
         self.run_bounds = [(self.run_of.index(r), len(self.run_of) - self.run_of[::-1].index(r))
                            for r in dict.fromkeys(self.run_of)]
         self.runs = len(self.run_bounds)
         self.run_index = torch.tensor(self.run_of, device=device)
+        self.run_first = torch.tensor([a for a, _ in self.run_bounds], device=device)
+        # per run: whether its members are one unit (a joint run; a mixed pack holds both kinds)
+        self.units = [unit] * self.runs if isinstance(unit, bool) else list(unit)
+        self.unit_member = torch.tensor([self.units[r] for r in self.run_of], device=device)
         self.active = torch.ones(count, dtype=torch.bool, device=device)
         self.stopped_epoch = torch.full((count,), epochs, dtype=torch.long, device=device)  # epochs trained
         self.nonfinite_epoch = torch.zeros(count, dtype=torch.long, device=device)  # 0: stayed finite
@@ -111,21 +115,23 @@ class Members:
     def per_unit(self, decision: torch.Tensor) -> torch.Tensor:
         """A per-member quantity as the members decide on it: its mean over the run's members when
         they are one unit."""
-        if not self.unit:
+        if not any(self.units):
             return decision
-        return torch.cat([decision[a:b].float().mean().expand(b - a) for a, b in self.run_bounds])
+        return torch.cat([decision[a:b].float().mean().expand(b - a) if unit else decision[a:b]
+                          for (a, b), unit in zip(self.run_bounds, self.units)])
 
     def choose(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """a for the members in ``mask`` (a unit: all of the run's members or none), b for the others;
         a and b stacked as one parameter (``leading_axis``: on the member axis, or a unit's on the run axis)."""
-        if not self.unit:
+        if not any(self.units):
             return per_member(mask, a, b)
         if self.runs == 1:
             return torch.where(mask.all(), a, b)
-        whole_runs = torch.stack([mask[i:j].all() for i, j in self.run_bounds])
-        if leading_axis(a, self.count, self.runs) == "run":
-            return per_member(whole_runs, a, b)
-        return per_member(whole_runs.index_select(0, self.run_index), a, b)
+        decided = torch.cat([mask[i:j].all().expand(j - i) if unit else mask[i:j]
+                             for (i, j), unit in zip(self.run_bounds, self.units)])
+        if leading_axis(a, self.count, self.runs) == "run":  # a unit's: its members decided alike
+            return per_member(decided.index_select(0, self.run_first), a, b)
+        return per_member(decided, a, b)
 
     @torch.no_grad()
     def stop(self, mask: torch.Tensor, epoch: int, nonfinite: bool = False) -> None:
@@ -154,14 +160,15 @@ class Members:
         restore-on-checkpoint does the same). A run with such a member that has none (or whose
         members are one unit) diverged: all its members stop, and the other runs go on."""
         broken = self.active & ~(torch.isfinite(epoch_loss) & finite_members(self.params, self.run_index, self.runs))
-        saved = self.kept_epoch > 0 if self.saved is not None and not self.unit else torch.zeros_like(broken)
+        # (a unit's members restore only as a whole: never)
+        saved = (self.kept_epoch > 0) & ~self.unit_member if self.saved is not None else torch.zeros_like(broken)
         lost_run = torch.zeros_like(self.diverged_epoch).index_add_(0, self.run_index, (broken & ~saved).long()) > 0
         self.diverged_epoch = torch.where(lost_run & (self.diverged_epoch == 0), epoch, self.diverged_epoch)
         in_lost = lost_run[self.run_index]
         restore = broken & ~in_lost  # only members with a checkpoint: the others' runs are lost
-        if self.saved is not None and not self.unit:  # (a unit's members restore only as a whole: never)
+        if self.saved is not None and not all(self.units):
             for p, keep in zip(self.params, self.saved):
-                p.copy_(per_member(restore, keep, p))
+                p.copy_(self.choose(restore, keep, p))
         self.stop(restore, epoch, nonfinite=True)
         self.stop(in_lost, epoch)
 

@@ -5,7 +5,9 @@ training; a joint method's coupling computed run by run), and they share the met
 and every option but the seed, the member count (joint methods: equal member counts) and the
 method's ``pack_options`` (which become per-network tensors, e.g. DARE's threshold). Seeds whose
 train/validation splits differ (split_seed = run) pack too: each network gathers its batches from
-its own run's split. Every network (run x member) keeps its own init and data-order streams,
+its own run's split. Runs of methods that ``mixes`` share a pack by protocol alone (a MixedPack),
+each method's runs one part of it. Every network (run x member; a joint run's members as one
+unit) keeps its own init and data-order streams,
 optimiser state, early stop, checkpoint and non-finite handling, so packing changes speed, not the
 computation: ``tests/test_packs.py`` checks it bitwise on small networks;
 on full-size networks two CPU kernels round a packed network's values differently (docs/usage.md,
@@ -38,10 +40,11 @@ AUTO_MEMORY_SHARE = 0.25     # of the device's memory
 
 def mixes(method: Method) -> bool:
     """Whether runs of this method may share a pack with runs of other methods (a mixed pack): a
-    packable method of independent members on the stacked MLP whose step is the loop's own (its task
-    loss and penalty are computed on its own networks' part of the pack: ``MixedPack``)."""
+    packable method on the stacked MLP whose step is the loop's own (its task loss and penalty are
+    computed on its own networks' part of the pack: ``MixedPack``). A joint method's runs keep their
+    unit in it: shared batches, one objective, one stop."""
     cls = type(method)
-    return (cls.packs_runs() and not cls.joint and not cls.fixed_schedule and method.dropout_rate == 0
+    return (cls.packs_runs() and not cls.fixed_schedule and method.dropout_rate == 0
             and all(getattr(cls, hook) is getattr(Method, hook)
                     for hook in ("build_model", "training_batch", "training_forward", "lr_factor", "after_step")))
 
@@ -145,7 +148,8 @@ class MixedPack(Method):
     """The training objective of a pack of several methods' runs (``mixes``): ``parts`` holds each
     method (its runs' ``packed_method``) and its networks' range [a, b) of the member axis. Each part's
     task loss, penalty and checkpoint rule are computed on its own networks (a penalty sees a
-    ``MemberSlice`` of the model), so each network trains as in a pack of its own method."""
+    ``MemberSlice`` of the model), so each network trains as in a pack of its own method; a joint
+    part's runs keep their unit (the loop gives them one data order and one objective per run)."""
     parts: tuple[tuple[Method, int, int], ...] = ()
     runs: tuple[int, ...] = ()  # each part's runs
 
@@ -158,8 +162,10 @@ class MixedPack(Method):
 
     def penalty(self, model, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor | None:
         terms = []
-        for (m, a, b), state in zip(self.parts, batch.state):
-            part = Batch(batch.x[a:b], batch.y[a:b], batch.logits[a:b], state)
+        for (m, a, b), state, runs in zip(self.parts, batch.state, self.runs):
+            # a joint part sees its batch as in a pack of its own: one run's (B, D), shared by its members
+            x = batch.x[a] if m.joint and runs == 1 else batch.x[a:b]
+            part = Batch(x, batch.y[a:b], batch.logits[a:b], state, runs if m.joint else 1)
             term = m.penalty(MemberSlice(model, a, b), task_loss[a:b], part)
             terms.append(torch.zeros_like(task_loss[a:b]) if term is None else term)
         return torch.cat(terms)
