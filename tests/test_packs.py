@@ -442,16 +442,20 @@ MIXED = [(DeepEnsemble(members=2, checkpoint="best"), 0), (DeepEnsemble(members=
          (REGISTRY["dare"](members=1, threshold=1.0, checkpoint="last_below_threshold"), 1),
          (REGISTRY["anchor_net"](members=2, sigma=0.1, lam=10.0), 0), (REGISTRY["single_network"](), 2),
          (REGISTRY["laplace"](members=2), 3),
-         (REGISTRY["mod"](members=2, lam=0.1, checkpoint="best"), 0), (REGISTRY["mod"](members=2, lam=1.0, checkpoint="best"), 1),
-         (REGISTRY["negcorr"](members=3, lam=0.5), 2), (REGISTRY["rde"](members=2), 0), (REGISTRY["rde"](members=2), 3)]
+         (REGISTRY["mod"](members=2, lam=0.1, checkpoint="best"), 0),
+         (REGISTRY["mod"](members=2, lam=1.0, checkpoint="best"), 1),
+         (REGISTRY["negcorr"](members=3, lam=0.5), 2), (REGISTRY["rde"](members=2), 0), (REGISTRY["rde"](members=2), 3),
+         (REGISTRY["mod"](members=3, lam=0.5, checkpoint="best"), 2)]
 
 
 def test_a_mixed_pack_trains_each_run_as_it_trains_alone():
     # DE (NLL) with checkpoints, DE (MSE), DARE with two thresholds, AnchorNet, a single network, a
-    # Laplace ensemble's training and the joint MOD (two runs), NegCorr (one) and RDE (two): one pack,
-    # each part's loss, penalty and checkpoint rule its own, each joint run one unit
+    # Laplace ensemble's training and the joint MOD (a part of two runs, and one of one run, whose box
+    # and extra forward pass see that run's batch alone), NegCorr (one) and RDE (two): one pack, each
+    # part's loss, penalty and checkpoint rule its own, each joint run one unit
     methods = [m for m, _ in MIXED]
     packed = train_pack(MIXED, packed_method(methods), PROTOCOL, TRAIN, 32, progress=False, val=VAL)
+    assert [type(m).__name__ for m, _, _ in packed_method(methods).parts][-1] == "MOD"
     for (method, seed), result in zip(MIXED, packed):
         assert_same(alone(method, seed), result)
 

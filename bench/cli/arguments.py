@@ -114,10 +114,10 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
     group.add_argument("--pack-size", default="auto", metavar="N|auto",
                        help="networks (runs x members) trained together as one stacked computation: runs of "
-                       "one protocol pack across seeds and options (the deep ensemble, DARE, AnchorNet, the single "
-                       "network and the Laplace ensemble with one another; MC dropout, MOD, NegCorr, RDE, SWAG and "
-                       "snapshot ensembles each with its own runs; BatchEnsemble, Packed-Ensembles and MIMO "
-                       "train alone). 1: run by run; auto: as many as a quarter of the "
+                       "one protocol pack across seeds and options (every method: the deep ensemble, DARE, AnchorNet, "
+                       "the single network, the Laplace ensemble, MOD, NegCorr and RDE with one another; MC dropout, "
+                       "SWAG, snapshot ensembles, BatchEnsemble, Packed-Ensembles and MIMO each with its own runs). "
+                       "1: run by run; auto: as many as a quarter of the "
                        f"device's memory holds, at most {MAX_AUTO_NETWORKS['cpu']} on the CPU and "
                        f"{MAX_AUTO_NETWORKS['cuda']} on a GPU (with --jobs, split so that every worker gets a pack). "
                        "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")

@@ -158,7 +158,7 @@ class _Loop:
     members: Members
     data: PackData
     order_gens: list[torch.Generator]  # per network; joint runs: per run (its members share batches); on the device
-    order_rows: torch.Tensor | None    # each network's row of the batch orders (None: one row each, or one joint run)
+    order_rows: torch.Tensor | None    # each network's row of the batch orders (None: a row each, or one joint run)
     member_ids: list[int]
     device: torch.device
     label: str
@@ -277,7 +277,7 @@ def _train_epoch(loop: _Loop, epoch: int, summary: str) -> None:
     protocol, n = loop.protocol, len(loop.data.train)
     steps = math.ceil(n / protocol.batch_size)
     # each network's order from its own generator, on the device (CPU: the same stream as ever)
-    perms = torch.stack([torch.randperm(n, generator=g, device=loop.device) for g in loop.order_gens])  # (M or 1, N)
+    perms = torch.stack([torch.randperm(n, generator=g, device=loop.device) for g in loop.order_gens])  # (orders, N)
     loop.loss_sum.zero_()
     loop.correct.zero_()
     bar = tqdm(range(steps), desc=f"{loop.label} epoch {epoch}/{protocol.epochs}", leave=False,
@@ -303,7 +303,7 @@ def _train_epoch(loop: _Loop, epoch: int, summary: str) -> None:
 
 
 def _step(loop: _Loop, idx: torch.Tensor) -> None:
-    """One optimiser step on the batch ``idx`` (M or 1, B), adding its task loss and correct
+    """One optimiser step on the batch ``idx`` (one row per data order, B), adding its task loss and correct
     predictions to the epoch's sums. Every tensor it writes outside autograd is updated in place, and
     it reads nothing back to the host, so it can be captured in a CUDA graph (the learning rate and
     ``after_step`` are set and run around it, by ``_train_epoch``)."""

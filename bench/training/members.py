@@ -120,18 +120,23 @@ class Members:
         return torch.cat([decision[a:b].float().mean().expand(b - a) if unit else decision[a:b]
                           for (a, b), unit in zip(self.run_bounds, self.units)])
 
-    def choose(self, mask: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """a for the members in ``mask`` (a unit: all of the run's members or none), b for the others;
-        a and b stacked as one parameter (``leading_axis``: on the member axis, or a unit's on the run axis)."""
+    def decided(self, mask: torch.Tensor) -> torch.Tensor:
+        """A per-member mask as the members act on it: a unit run's members all in it, if every one
+        of them is, or none."""
         if not any(self.units):
-            return per_member(mask, a, b)
-        if self.runs == 1:
-            return torch.where(mask.all(), a, b)
-        decided = torch.cat([mask[i:j].all().expand(j - i) if unit else mask[i:j]
-                             for (i, j), unit in zip(self.run_bounds, self.units)])
-        if leading_axis(a, self.count, self.runs) == "run":  # a unit's: its members decided alike
-            return per_member(decided.index_select(0, self.run_first), a, b)
-        return per_member(decided, a, b)
+            return mask
+        outside = torch.zeros(self.runs, dtype=torch.long, device=mask.device).index_add_(
+            0, self.run_index, (~mask).long())                      # per run: its members not in the mask
+        return torch.where(self.unit_member, (outside == 0).index_select(0, self.run_index), mask)
+
+    def choose(self, decided: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """a for the members in ``decided`` (a mask made by ``decided``), b for the others; a and b
+        stacked as one parameter (``leading_axis``: on the member axis, or a unit's on the run axis)."""
+        axis = leading_axis(a, self.count, self.runs)
+        if axis == "member":
+            return per_member(decided, a, b)
+        per_run = decided.index_select(0, self.run_first)  # a unit's: its members decided alike
+        return per_member(per_run, a, b) if axis == "run" else torch.where(per_run[0], a, b)  # whole: one run
 
     @torch.no_grad()
     def stop(self, mask: torch.Tensor, epoch: int, nonfinite: bool = False) -> None:
@@ -144,15 +149,17 @@ class Members:
         if self.frozen is None:
             self.frozen = [p.detach().clone() for p in self.params]
         else:
+            decided = self.decided(newly)
             for p, keep in zip(self.params, self.frozen):
-                keep.copy_(self.choose(newly, p, keep))
+                keep.copy_(self.choose(decided, p, keep))
 
     @torch.no_grad()
     def hold_stopped(self) -> None:
         """Undo what an optimiser step did to the stopped members (Adam moves them on its momentum)."""
         if self.holding:
+            decided = self.decided(self.active)
             for p, keep in zip(self.params, self.frozen):
-                p.copy_(self.choose(self.active, p, keep))
+                p.copy_(self.choose(decided, p, keep))
 
     @torch.no_grad()
     def stop_nonfinite(self, epoch_loss: torch.Tensor, epoch: int) -> None:
@@ -168,7 +175,7 @@ class Members:
         restore = broken & ~in_lost  # only members with a checkpoint: the others' runs are lost
         if self.saved is not None and not all(self.units):
             for p, keep in zip(self.params, self.saved):
-                p.copy_(self.choose(restore, keep, p))
+                p.copy_(self.choose(restore, keep, p))  # (restore holds no unit run's member)
         self.stop(restore, epoch, nonfinite=True)
         self.stop(in_lost, epoch)
 
@@ -181,8 +188,9 @@ class Members:
         save = saves(decide, self.best_val) & self.active
         if self.saved is None:
             self.saved = [p.detach().clone() for p in self.params]
+        decided = self.decided(save)
         for p, keep in zip(self.params, self.saved):
-            keep.copy_(self.choose(save, p, keep))
+            keep.copy_(self.choose(decided, p, keep))
         self.kept_epoch = torch.where(save, epoch, self.kept_epoch)
         self.best_val = torch.where(save, torch.minimum(self.best_val, decide), self.best_val)
 
@@ -190,6 +198,6 @@ class Members:
     def restore(self) -> None:
         """Put back each member's checkpoint; members never saved keep their final weights."""
         if self.saved is not None:
-            restore = self.kept_epoch > 0
+            restore = self.decided(self.kept_epoch > 0)
             for p, keep in zip(self.params, self.saved):
                 p.copy_(self.choose(restore, keep, p))
