@@ -6,15 +6,11 @@ import collections
 import sys
 
 from bench import api
+from bench.execution.claims import duration
 
 
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def duration(seconds: float) -> str:
-    """Seconds as s, min or h, whichever reads best."""
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def warn(problem: str) -> None:

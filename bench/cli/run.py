@@ -8,8 +8,9 @@ from typing import Callable
 
 from bench import api
 from bench.cli.arguments import add_command, add_grid_arguments, plan_from
-from bench.cli.printing import duration, others_line, print_dry_run, report_failures, warn
+from bench.cli.printing import others_line, print_dry_run, report_failures, warn
 from bench.errors import ConfigError
+from bench.execution.claims import duration
 
 
 def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:

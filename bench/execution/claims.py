@@ -74,7 +74,7 @@ class Claim:
     def why_stale(self, timeout: float) -> str:
         if self.gone():
             return f"its process {self.pid} has ended"
-        return f"no heartbeat for {_ago(self.heartbeat_age)} (claim timeout {timeout:g} s)"
+        return f"no heartbeat for {duration(self.heartbeat_age)} (claim timeout {timeout:g} s)"
 
 
 @functools.cache
@@ -98,7 +98,8 @@ def _opened_stat(path: Path) -> tuple[os.stat_result, bytes] | None:
         return None
 
 
-def _ago(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as s, min or h, whichever reads best (a heartbeat's age; the CLI's wall times)."""
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
