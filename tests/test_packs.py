@@ -65,6 +65,18 @@ def test_a_pack_trains_each_run_as_it_trains_alone(name, runs):
         assert_same(alone(method, seed), result)
 
 
+def poison_option():
+    return option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+
+
+def poisoned_scale(cls, poison, task_loss, step_of=lambda calls: calls):
+    """Per network: NaN where its ``poison`` step (> 0) has come (``step_of`` the class's penalty calls
+    so far, this one included), else 0. Multiplied into a penalty term: a NaN gradient for those only."""
+    cls._steps = getattr(cls, "_steps", 0) + 1
+    broken = (torch.as_tensor(poison) > 0) & (torch.as_tensor(poison) <= step_of(cls._steps))
+    return torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
+
+
 @dataclasses.dataclass(frozen=True)
 class Poisoned(DeepEnsemble):
     """A deep ensemble whose members go non-finite from the step ``poison`` on (0: never)."""
@@ -72,14 +84,11 @@ class Poisoned(DeepEnsemble):
     summary = "goes non-finite on purpose"
     packable = True
     pack_options = ("poison",)
-    poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+    poison: int = poison_option()
 
     def penalty(self, model, task_loss, batch):
-        steps = getattr(Poisoned, "_steps", 0) + 1
-        Poisoned._steps = steps
-        broken = (torch.as_tensor(self.poison) > 0) & (torch.as_tensor(self.poison) <= steps // 2 + 1)
-        scale = torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
-        return model.weights[0].flatten(1).sum(1) * scale  # a NaN gradient for the broken members only
+        scale = poisoned_scale(Poisoned, self.poison, task_loss, lambda calls: calls // 2 + 1)
+        return model.weights[0].flatten(1).sum(1) * scale
 
 
 def test_a_network_that_goes_non_finite_leaves_the_others_untouched():
@@ -369,13 +378,10 @@ class PoisonedNegCorr(NegCorr):
     summary = "goes non-finite on purpose"
     packable = True
     pack_options = ("lam", "poison")
-    poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+    poison: int = poison_option()
 
     def penalty(self, model, task_loss, batch):
-        steps = getattr(PoisonedNegCorr, "_steps", 0) + 1
-        PoisonedNegCorr._steps = steps
-        broken = (torch.as_tensor(self.poison) > 0) & (torch.as_tensor(self.poison) <= steps)
-        scale = torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
+        scale = poisoned_scale(PoisonedNegCorr, self.poison, task_loss)
         return super().penalty(model, task_loss, batch) + model.weights[0].flatten(1).sum(1) * scale
 
 
@@ -402,13 +408,10 @@ class PoisonedBatchEnsemble(BatchEnsemble):
     summary = "goes non-finite on purpose"
     packable = True
     pack_options = ("poison",)
-    poison: int = option(0, parse=parse_int, allowed="an integer >= 0", help="the step it breaks at")
+    poison: int = poison_option()
 
     def penalty(self, model, task_loss, batch):
-        steps = getattr(PoisonedBatchEnsemble, "_steps", 0) + 1
-        PoisonedBatchEnsemble._steps = steps
-        broken = (torch.as_tensor(self.poison) > 0) & (torch.as_tensor(self.poison) <= steps)
-        scale = torch.where(broken, torch.full_like(task_loss, float("nan")), torch.zeros_like(task_loss))
+        scale = poisoned_scale(PoisonedBatchEnsemble, self.poison, task_loss)
         per_run = model.shared[0].flatten(1).sum(1)  # a NaN gradient for the broken run's W only
         return per_run.repeat_interleave(model.members // model.runs) * scale
 
