@@ -63,6 +63,24 @@ def init_bounds(init: str, fan_in: int, fan_out: int) -> tuple[float, float | No
     raise ValueError(f"unknown init {init!r}")
 
 
+@torch.no_grad()
+def stack_parameters(out: nn.Module, models: list[nn.Module]) -> nn.Module:
+    """``out`` (shaped for all of them) with each parameter the models' ones concatenated on the
+    leading axis, in the models' order: several runs' models as one pack."""
+    for target, *sources in zip(out.parameters(), *(m.parameters() for m in models)):
+        target.copy_(torch.cat(sources))
+    return out
+
+
+def whole_runs(members: list[int], per_run: int, what: str) -> list[int]:
+    """The runs whose members ``members`` are, each run's ``per_run`` members all of them, in order
+    (how a pack's model with a run axis hands back a run's part); ValueError otherwise."""
+    runs = list(dict.fromkeys(m // per_run for m in members))
+    if sorted(members) != [r * per_run + i for r in runs for i in range(per_run)]:
+        raise ValueError(f"{what} takes whole runs' members")
+    return runs
+
+
 class StackedMLP(nn.Module):
     """``members`` independent ReLU MLPs ``in_features -> *hidden -> out_features``.
 
@@ -96,11 +114,7 @@ class StackedMLP(nn.Module):
     @staticmethod
     def stack(models: list["StackedMLP"]) -> "StackedMLP":
         """One stacked model from several (e.g. members trained one after another)."""
-        out = models[0].shaped_like(sum(m.members for m in models))
-        with torch.no_grad():
-            for target, *sources in zip(out.parameters(), *(m.parameters() for m in models)):
-                target.copy_(torch.cat(sources))
-        return out
+        return stack_parameters(models[0].shaped_like(sum(m.members for m in models)), models)
 
     def select(self, members: list[int]) -> "StackedMLP":
         """A stacked model of copies of the given members (a run's part of a pack)."""

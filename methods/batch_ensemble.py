@@ -14,7 +14,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from bench.models import init_bounds
+from bench.models import init_bounds, stack_parameters, whole_runs
 from bench.options import choice, option
 from bench.seeding import member_generator
 from methods.base import Method
@@ -65,18 +65,12 @@ class BatchEnsembleMLP(nn.Module):
     def stack(models: list["BatchEnsembleMLP"]) -> "BatchEnsembleMLP":
         """Several runs' models as one (a pack): their W on the run axis, their members one after another."""
         out = BatchEnsembleMLP(sum(m.members for m in models), models[0].sizes, sum(m.runs for m in models))
-        out.to(models[0].shared[0].device)
-        for target, *sources in zip(out.parameters(), *(m.parameters() for m in models)):
-            target.copy_(torch.cat(sources))
-        return out
+        return stack_parameters(out.to(models[0].shared[0].device), models)
 
     @torch.no_grad()
     def select(self, members: list[int]) -> "BatchEnsembleMLP":
         """A model of copies of the given members and their runs' W (whole runs: a run's part of a pack)."""
-        per_run = self.members // self.runs
-        runs = list(dict.fromkeys(m // per_run for m in members))
-        if sorted(members) != [r * per_run + i for r in runs for i in range(per_run)]:
-            raise ValueError("BatchEnsembleMLP.select takes whole runs' members")
+        runs = whole_runs(members, self.members // self.runs, "BatchEnsembleMLP.select")
         out = BatchEnsembleMLP(len(members), self.sizes, len(runs)).to(self.shared[0].device)
         run_index = torch.tensor(runs, device=self.shared[0].device)
         member_index = torch.tensor(members, device=self.shared[0].device)

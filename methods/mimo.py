@@ -18,7 +18,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from bench.models import StackedMLP
+from bench.models import StackedMLP, whole_runs
 from bench.options import option, parse_float, parse_int
 from bench.seeding import CounterStream, member_seed
 from methods.base import Method
@@ -43,10 +43,7 @@ class MIMONet(nn.Module):
 
     def select(self, members: list[int]) -> "MIMONet":
         """A model of copies of the given heads' networks (whole runs: a run's part of a pack)."""
-        runs = list(dict.fromkeys(m // self.heads for m in members))
-        if sorted(members) != [r * self.heads + h for r in runs for h in range(self.heads)]:
-            raise ValueError("MIMONet.select takes whole runs' heads")
-        return MIMONet(self.net.select(runs), self.heads)
+        return MIMONet(self.net.select(whole_runs(members, self.heads, "MIMONet.select")), self.heads)
 
     def forward(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         """x (N, D), the same image for every head, or (runs x M, N, D), each head its own;
