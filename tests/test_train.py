@@ -124,3 +124,19 @@ def test_importing_the_training_loop_flushes_subnormal_floats():
     tiny = np.array([0x000AE398], dtype=np.uint32).view(np.float32)  # the float32 subnormal 1e-39, bit by bit
     assert tiny.view(np.uint32)[0] != 0
     assert torch.from_numpy(tiny).mul(1.0).item() == 0.0  # read as 0 in arithmetic
+
+
+def test_a_log_file_gets_epoch_lines_where_a_terminal_gets_bars(capsys, monkeypatch):
+    """stderr is no terminal under pytest (as under nohup): bars are off, so plain lines say how far
+    training got, the first and the last epoch at once and the rest at most every minute."""
+    data = toy_split(seed=1)
+    train(DeepEnsemble(members=2), protocol(epochs=3), data, 3, seed=0, progress=True, label="DE seed 0")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DE seed 0: epoch")]
+    assert [line.split(" after")[0] for line in lines] == ["DE seed 0: epoch 3/3"]  # within a minute: the last only
+    assert "networks=2/2 active" in lines[0]
+    train(DeepEnsemble(members=2), protocol(epochs=3), data, 3, seed=0, progress=False, label="DE seed 0")
+    assert "epoch" not in capsys.readouterr().err
+    monkeypatch.setattr("bench.training.loop.time.perf_counter", iter(range(0, 10_000, 100)).__next__)
+    train(DeepEnsemble(members=2), protocol(epochs=3), data, 3, seed=0, progress=True, label="DE seed 0")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DE seed 0: epoch")]
+    assert [line.split(" after")[0] for line in lines] == [f"DE seed 0: epoch {e}/3" for e in (1, 2, 3)]

@@ -104,7 +104,7 @@ def add_grid_arguments(parser: argparse.ArgumentParser, preset: str) -> None:
     parser.add_argument("--save-weights", action="store_true",
                         help="keep each finished run's kept weights in OUT/weights/<run_id>.pt (torch.save of the "
                         "model's state_dict; git ignores them), so that later evaluators can score runs again")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or per-run lines")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, per-epoch lines (in a log file) or per-run lines")
 
 
 def add_execution_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from typing import Any
 
@@ -235,11 +236,14 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
         loop.steps = CapturedSteps(lambda idx: _step(loop, idx), members)
     history: list[dict] = []
     summary = ""
+    lines = EpochLines(label, protocol.epochs) if progress and not sys.stderr.isatty() else None
     for epoch in range(1, protocol.epochs + 1):
         started = time.perf_counter()
         with matmul_precision(protocol.precision, device):  # the steps only: validation stays fp32
             _train_epoch(loop, epoch, summary)
         trains_on, summary = _end_epoch(loop, epoch, history, started)
+        if lines is not None:
+            lines(epoch, summary, last=not trains_on or epoch == protocol.epochs)
         if not trains_on:
             break
     members.restore()
@@ -268,6 +272,24 @@ def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
                                [kept[i] for i in idx], [final_val[i] for i in idx],
                                [abs_mean[i] for i in idx], nonfinite_epochs=[nonfinite[i] for i in idx], step=step))
     return out
+
+
+class EpochLines:
+    """Progress for a log file: tqdm's bars are off when stderr is no terminal (nohup, a batch job),
+    so a pack would be silent for its whole training. Instead one plain line at most every
+    ``every`` seconds, and one at the last epoch."""
+
+    def __init__(self, label: str, epochs: int, every: float = 60.0):
+        self.label, self.epochs, self.every = label or "training", epochs, every
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, epoch: int, summary: str, last: bool = False) -> None:
+        now = time.perf_counter()
+        if not last and now - self.last < self.every:
+            return
+        self.last = now
+        tqdm.write(f"{self.label}: epoch {epoch}/{self.epochs} after {now - self.start:.0f} s"
+                   + (f"; {summary}" if summary else ""), file=sys.stderr)
 
 
 def _train_epoch(loop: _Loop, epoch: int, summary: str) -> None:
