@@ -7,11 +7,8 @@
 #                                                 paper_table.csv into .gpu_data/, the packages the GPU
 #                                                 image lacks (wheels) into .whl/, both git-ignored
 #                                                 (.git/info/exclude); prints the size of what travels
-#   bash docs/gpu_check.sh --tree-off             on this machine, before the device call: a branch
-#                                                 gpu-check-tree on which results/ (about 500 MB) is
-#                                                 neither tracked nor travels; the files stay on disk
-#   bash docs/gpu_check.sh --tree-on              after it: back to the branch you were on, results/
-#                                                 tracked again, gpu-check-tree deleted
+#   bash docs/gpu_tree.sh off | on                on this machine, around the device call: leave the
+#                                                 committed results/ (about 500 MB) out of what travels
 #   bash docs/gpu_check.sh [OUT]                  on the GPU machine, from the repository root, with
 #                                                 .gpu_data and .whl carried (OUT: $OUT or gpu_check).
 #                                                 JOBS=N: the table's --jobs (default 1)
@@ -25,7 +22,6 @@ set -uo pipefail
 WHEELS="relplot==1.0.3 deprecation==2.1.0 laplace-torch==0.3 asdfghjkl==0.1a4 backpack-for-pytorch==1.7.1
         curvlinops-for-pytorch==3.0.1 unfoldNd==0.2.3 einconv==0.1.0"
 CPU_TABLE=results/paper-fmnist-packed   # the CPU paper table the GPU cells are held to (one sd)
-GIT_DIR_=$(git rev-parse --git-dir 2>/dev/null || echo .git)    # .git, or a worktree's own folder
 EXCLUDE=$(git rev-parse --git-common-dir 2>/dev/null || echo .git)/info/exclude
 
 if [[ "${1:-}" == "--prepare" ]]; then
@@ -39,28 +35,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $WHEELS
     echo "prepared .gpu_data/ and .whl/; carry both. What travels (tracked + untracked, not ignored), MiB:"
     { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cm --files0-from=- | tail -1
-    echo "over 64 MiB? leave the committed results out first: bash docs/gpu_check.sh --tree-off"
-    exit 0
-fi
-
-# The device call sends tracked and untracked-not-ignored files: results/ must be neither. Its files
-# stay on disk, ignored, and are tracked again by --tree-on (git overwrites ignored files freely).
-if [[ "${1:-}" == "--tree-off" ]]; then
-    git diff --quiet && git diff --cached --quiet || { echo "gpu_check.sh: commit or stash your changes first" >&2; exit 2; }
-    git rev-parse --abbrev-ref HEAD > "$GIT_DIR_/gpu-check-from"
-    git switch -q -c gpu-check-tree && git rm -r -q --cached results \
-        && git commit -q -m "gpu check: results/ left out of what travels" || exit 1
-    grep -qx /results/ "$EXCLUDE" || echo /results/ >> "$EXCLUDE"
-    echo "on gpu-check-tree; what travels (tracked + untracked, not ignored), MiB:"
-    { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cm --files0-from=- | tail -1
-    exit 0
-fi
-if [[ "${1:-}" == "--tree-on" ]]; then
-    [[ "$(git rev-parse --abbrev-ref HEAD)" == gpu-check-tree ]] || { echo "gpu_check.sh: not on gpu-check-tree" >&2; exit 2; }
-    git switch -q "$(cat "$GIT_DIR_/gpu-check-from")" || exit 1  # before results/ stops being ignored
-    sed -i '\#^/results/$#d' "$EXCLUDE"
-    git branch -q -D gpu-check-tree && rm -f "$GIT_DIR_/gpu-check-from"
-    git status --short | head -5
+    echo "over 64 MiB? leave the committed results out first: bash docs/gpu_tree.sh off"
     exit 0
 fi
 
