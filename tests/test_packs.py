@@ -2,6 +2,7 @@
 bit, and a network that goes non-finite leaves the others untouched."""
 import dataclasses
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -226,13 +227,18 @@ def test_packs_run_as_submitit_jobs_with_the_same_records(tiny_data, tmp_path):
             "--no-download", "--no-plots", "-q", "--methods", "deep_ensemble", "single_network", "-o", "members=2",
             "--pack-size", "4"]  # the methods mix; 4 networks: a pack of each method's runs
     assert main(["run", "--out", str(tmp_path / "here"), *grid]) == 0
-    assert main(["run", "--out", str(tmp_path / "jobs"), *grid, "--submitit", str(tmp_path / "logs"),
-                 "--submitit-cluster", "local", "--submitit-param", "timeout_min=10"]) == 0
+    quiet = grid.index("-q")
+    assert main(["run", "--out", str(tmp_path / "jobs"), *grid[:quiet], *grid[quiet + 1:], "--submitit",
+                 str(tmp_path / "logs"), "--submitit-cluster", "local", "--submitit-param", "timeout_min=10"]) == 0
     columns = ["run_id", "status", "id_acc", "auroc_pred_entropy_vs_fashion_mnist", "pack_runs"]
     here, jobs = (pd.read_csv(tmp_path / d / "runs.csv")[columns] for d in ("here", "jobs"))
     pd.testing.assert_frame_equal(here, jobs)
     assert set(jobs["pack_runs"]) == {2}
-    assert len([d for d in (tmp_path / "logs").iterdir() if d.name.isdigit()]) == 2  # one job per pack
+    jobs_dirs = [d for d in (tmp_path / "logs").iterdir() if d.name.isdigit()]
+    assert len(jobs_dirs) == 2  # one job per pack
+    for job in jobs_dirs:  # each job's log says how far its pack got (bench.training.loop.EpochLines)
+        log = "".join(p.read_text() for p in job.glob("*_log.err"))
+        assert re.search(r"pack of 2 \w+ runs \(\d networks\): epoch 1/1 after", log), log
 
 
 def test_kept_weights_are_saved_and_score_the_run_again(tiny_data, tmp_path):

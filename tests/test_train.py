@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 
@@ -128,15 +130,22 @@ def test_importing_the_training_loop_flushes_subnormal_floats():
 
 def test_a_log_file_gets_epoch_lines_where_a_terminal_gets_bars(capsys, monkeypatch):
     """stderr is no terminal under pytest (as under nohup): bars are off, so plain lines say how far
-    training got, the first and the last epoch at once and the rest at most every minute."""
+    training got, at most one a minute and one at the last epoch; a terminal gets the bars alone."""
+    def epoch_lines():
+        return [line.split(" after")[0] for line in capsys.readouterr().err.splitlines()
+                if line.startswith("DE seed 0: epoch")]
+
     data = toy_split(seed=1)
-    train(DeepEnsemble(members=2), protocol(epochs=3), data, 3, seed=0, progress=True, label="DE seed 0")
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DE seed 0: epoch")]
-    assert [line.split(" after")[0] for line in lines] == ["DE seed 0: epoch 3/3"]  # within a minute: the last only
-    assert "networks=2/2 active" in lines[0]
-    train(DeepEnsemble(members=2), protocol(epochs=3), data, 3, seed=0, progress=False, label="DE seed 0")
-    assert "epoch" not in capsys.readouterr().err
-    monkeypatch.setattr("bench.training.loop.time.perf_counter", iter(range(0, 10_000, 100)).__next__)
-    train(DeepEnsemble(members=2), protocol(epochs=3), data, 3, seed=0, progress=True, label="DE seed 0")
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("DE seed 0: epoch")]
-    assert [line.split(" after")[0] for line in lines] == [f"DE seed 0: epoch {e}/3" for e in (1, 2, 3)]
+    run = dict(data=data, n_classes=3, seed=0, label="DE seed 0")
+    train(DeepEnsemble(members=2), protocol(epochs=3), progress=True, **run)
+    assert epoch_lines() == ["DE seed 0: epoch 3/3"]  # all within a minute: the last only
+    train(DeepEnsemble(members=2), protocol(epochs=3), progress=False, **run)
+    assert epoch_lines() == []
+    with monkeypatch.context() as patch:
+        patch.setattr(sys.stderr, "isatty", lambda: True)
+        train(DeepEnsemble(members=2), protocol(epochs=3), progress=True, **run)
+        assert epoch_lines() == []
+    clock = iter(range(0, 10_000, 100))  # every reading of the clock 100 s after the last
+    monkeypatch.setattr("bench.training.loop.time.perf_counter", lambda: next(clock))
+    train(DeepEnsemble(members=2), protocol(epochs=3), progress=True, **run)
+    assert epoch_lines() == [f"DE seed 0: epoch {e}/3" for e in (1, 2, 3)]

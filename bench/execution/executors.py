@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -120,11 +121,14 @@ class Executor:
             return
         if self.submitit_folder is not None:
             if packs:
-                yield from self._submitit_map(packs, data_dir, out_dir, execution, download, todo)
+                yield from self._submitit_map(packs, data_dir, out_dir, execution, download, progress, todo)
             return
         execution = self.worker_execution(execution)
         plugins = tuple(plugin_files())
-        tasks = (delayed(run_and_store)(p, data_dir, out_dir, execution, download, False, plugins, todo,
+        # workers write to this process's stderr: several bars would garble a terminal, so they
+        # report only into a log (their epoch lines, bench.training.loop.EpochLines)
+        lines = progress and not sys.stderr.isatty()
+        tasks = (delayed(run_and_store)(p, data_dir, out_dir, execution, download, lines, plugins, todo,
                                         self.claim_timeout) for p in packs)
         with self._backend() as (backend, n_jobs):
             with parallel_config(backend=backend, n_jobs=n_jobs):
@@ -132,7 +136,7 @@ class Executor:
                     yield from records
 
     def _submitit_map(self, packs: list[list[RunConfig]], data_dir: Path, out_dir: Path, execution: Execution,
-                      download: bool, todo: RunsToDo) -> Iterator[dict]:
+                      download: bool, progress: bool, todo: RunsToDo) -> Iterator[dict]:
         """One submitit job per pack (a SLURM job array where SLURM is); records as jobs finish. A
         job that ends without its records (killed, out of memory, time limit) leaves its runs to the
         next command, which resumes them; the others go on."""
@@ -146,10 +150,10 @@ class Executor:
         executor.update_parameters(**{"timeout_min": DEFAULT_JOB_MINUTES, **params})
         if executor.cluster != "slurm" and not execution.threads:  # local jobs run at once: share the cores
             execution = dataclasses.replace(execution, threads=max(1, (os.cpu_count() or 1) // len(packs)))
-        plugins = tuple(plugin_files())
+        plugins = tuple(plugin_files())  # a job's output is its log file: its epoch lines go there
         n = len(packs)
         jobs = executor.map_array(run_and_store, packs, [data_dir] * n, [out_dir] * n, [execution] * n,
-                                  [download] * n, [False] * n, [plugins] * n, [todo] * n, [self.claim_timeout] * n)
+                                  [download] * n, [progress] * n, [plugins] * n, [todo] * n, [self.claim_timeout] * n)
         failed = []
         for job in submitit.helpers.as_completed(jobs):
             try:
