@@ -131,14 +131,16 @@ def test_importing_the_training_loop_flushes_subnormal_floats():
 def test_a_log_file_gets_epoch_lines_where_a_terminal_gets_bars(capsys, monkeypatch):
     """stderr is no terminal under pytest (as under nohup): bars are off, so plain lines say how far
     training got, at most one a minute and one at the last epoch; a terminal gets the bars alone."""
-    def epoch_lines():
-        return [line.split(" after")[0] for line in capsys.readouterr().err.splitlines()
+    def epoch_lines(whole=False):
+        return [line if whole else line.split(" after")[0] for line in capsys.readouterr().err.splitlines()
                 if line.startswith("DE seed 0: epoch")]
 
     data = toy_split(seed=1)
     run = dict(data=data, n_classes=3, seed=0, label="DE seed 0")
     train(DeepEnsemble(members=2), protocol(epochs=3), progress=True, **run)
-    assert epoch_lines() == ["DE seed 0: epoch 3/3"]  # all within a minute: the last only
+    lines = epoch_lines(whole=True)
+    assert [line.split(" after")[0] for line in lines] == ["DE seed 0: epoch 3/3"]  # within a minute: the last only
+    assert "networks=2/2 active" in lines[0]  # with the epoch's summary
     train(DeepEnsemble(members=2), protocol(epochs=3), progress=False, **run)
     assert epoch_lines() == []
     with monkeypatch.context() as patch:
