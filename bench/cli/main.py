@@ -20,7 +20,8 @@ def build_parser(preset: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench", allow_abbrev=False, description="dare-bench: compare ensemble methods for uncertainty "
         "quantification (deep ensembles, DARE, MC dropout, the DARE paper's baselines, BatchEnsemble, "
-        "Packed-Ensembles) on MNIST / Fashion-MNIST with OOD detection.")
+        "Packed-Ensembles, MIMO, MultiSWAG, Laplace and snapshot ensembles) on MNIST / Fashion-MNIST with "
+        "OOD detection.")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub, preset).set_defaults(handler=command.run)
