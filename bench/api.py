@@ -162,13 +162,17 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
 
 
 def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak: float) -> dict | None:
-    """The training matmul work of the runs this call ran, over its wall time, against the peak;
-    appended to OUT/efficiency.csv so that efficiency is tracked on real grids."""
+    """The training matmul work of the runs this call trained, over its wall time, against the peak;
+    appended to OUT/efficiency.csv so that efficiency is tracked on real grids. A selection's record
+    copies its chosen candidate's cost and trained nothing itself: it is not counted (dare-bench up
+    to 0.6.0 counted it, so walks' work was counted twice for the chosen candidates)."""
+    if len(folder) and "selected_run_id" in folder:
+        folder = folder[folder["selected_run_id"].isna()]
     trained = folder[folder["run_id"].isin(ran) & (folder["status"] == "ok")] if len(folder) else folder
     tflop = float(trained["train_tflop"].sum()) if "train_tflop" in trained else 0.0
     if not tflop:  # nothing trained (e.g. only a selection's record was written)
         return None
-    row = {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": len(ran), "train_tflop": tflop,
+    row = {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "runs": len(trained), "train_tflop": tflop,
            "wall_seconds": wall, "train_seconds": float(trained["train_seconds"].sum()) if len(trained) else 0.0,
            "matmul_peak_gflops": peak, "fraction_of_peak": tflop * 1e3 / wall / peak if wall else 0.0,
            "device": str(p.execution.torch_device()), "threads": torch.get_num_threads(),

@@ -90,6 +90,11 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
     assert "select mod seed 0:" in printed and "selected (by seed)" in printed
     runs = pd.read_csv(out / "runs.csv")
     assert (runs["candidate_of"].fillna("") != "").sum() == len(trained)
+    # the efficiency row counts the candidates' work once: a selection's record is a copy, not a run
+    efficiency = pd.read_csv(out / "efficiency.csv").iloc[0]
+    candidates = pd.DataFrame([r for r in records if "candidates" not in r])
+    assert efficiency["runs"] == len(trained) == len(candidates)
+    assert efficiency["train_tflop"] == pytest.approx(candidates["train_tflop"].sum())
     summary_md = (out / "summary.md").read_text()
     assert "select lam in [0.0, 0.1, 1.0, 10.0, 100.0]" in summary_md and "| mod(checkpoint=none, members=2, lam=" not in summary_md
 
