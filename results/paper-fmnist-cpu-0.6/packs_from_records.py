@@ -3,7 +3,8 @@ python results/paper-fmnist-cpu-0.6/packs_from_records.py FOLDER PEAK_GFLOPS > F
 
 A record's train_seconds is its share of its pack's training, so a pack's time is the sum over its runs.
 A selection's record copies its chosen candidate's figures and trained nothing: it is left out. The
-last row totals the folder; fraction_of_peak holds the work over the training time against PEAK_GFLOPS."""
+last row totals the folder; fraction_of_peak holds the work over the training time against PEAK_GFLOPS.
+networks is the pack's size as it started (a diverged run's networks stay in it; its time is its runs')."""
 import json
 import sys
 from pathlib import Path
@@ -13,6 +14,9 @@ import pandas as pd
 folder, peak = Path(sys.argv[1]), float(sys.argv[2])
 records = [json.loads(p.read_text()) for p in sorted((folder / "records").glob("*.json"))]
 trained = pd.DataFrame([r for r in records if r.get("status") == "ok" and not r.get("selected_run_id")])
+if "pack_id" not in trained or trained["pack_id"].isna().any():  # records before packs (dare-bench < 0.3)
+    sys.exit(f"{folder}: {int(trained.get('pack_id', pd.Series(index=trained.index)).isna().sum())} trained records "
+             "have no pack_id; this script reads folders trained in packs")
 trained["network_epochs"] = trained["epochs_run"].map(lambda e: sum(int(x) for x in str(e).split()))
 packs = trained.groupby("pack_id", sort=False).agg(
     methods=("method", lambda m: " ".join(sorted(set(m)))), runs=("run_id", "size"),
