@@ -12,6 +12,10 @@
 #   bash docs/gpu_check.sh [OUT]                  on the GPU machine, from the repository root, with
 #                                                 .gpu_data and .whl carried (OUT: $OUT or gpu_check).
 #                                                 JOBS=N: the table's --jobs (default 1)
+#   DEVICE=cpu SEEDS=0 TABLE_ARGS="--epochs 1" PATH=.venv/bin:$PATH bash docs/gpu_check.sh /tmp/rehearsal
+#                                                 here: a rehearsal of every stage on the CPU (perf is cut
+#                                                 at its limit; the CUDA tests skip), to find a fault in
+#                                                 the script before GPU time is spent on it
 #
 # Stages, each cut at its own time limit: the CUDA tests (pytest_cuda.txt); bench perf at 25 and 400
 # networks, 3 epochs: the paper MLP with graph and with eager steps, the seed MLP with graph steps
@@ -54,7 +58,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD
 tar xzf .gpu_data/data.tar.gz -C "$WORK" && DATA="$WORK/$(tar tzf .gpu_data/data.tar.gz | head -1 | cut -d/ -f1)"
 nvidia-smi -L
-python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+DEVICE=${DEVICE:-cuda}  # cpu: the rehearsal
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 git log -1 --format='commit %h %s' 2>/dev/null || true
 
 stage "CUDA tests: graph = eager bitwise, a re-run bitwise, no host sync inside an epoch, a pack on the GPU"
@@ -66,15 +71,15 @@ stage "bench perf: paper MLP (784-100-100-100-10, batch 128) graph and eager, se
 for shape in "paper graph --preset paper-fmnist" "paper eager --preset paper-fmnist" "seed graph"; do
     read -r name step preset <<<"$shape"
     # shellcheck disable=SC2086
-    timeout 45 python3 -m bench perf --device cuda $preset --networks 25,400 --epochs 3 --step "$step" \
+    timeout 45 python3 -m bench perf --device "$DEVICE" $preset --networks 25,400 --epochs 3 --step "$step" \
         --data-dir "$DATA" --out "$WORK/perf_${name}_$step" && cp "$WORK/perf_${name}_$step/perf_packs.csv" "$OUT/perf_${name}_$step.csv"
 done
 
-stage "the paper table (its 11 rows) from scratch, 10 seeds, --jobs ${JOBS:-1} (cut at 210 s; resumable)"
+stage "the paper table (its 11 rows) from scratch, seeds ${SEEDS:-0-9}, --jobs ${JOBS:-1} (cut at 210 s; resumable)"
 TABLE="$WORK/paper-fmnist-gpu"
 # shellcheck disable=SC2086
-time timeout 210 python3 run_all.py --preset paper-fmnist --methods $TABLE_METHODS --seeds 0 1 2 3 4 5 6 7 8 9 \
-    --device cuda --jobs "${JOBS:-1}" \
+time timeout 210 python3 run_all.py --preset paper-fmnist --methods $TABLE_METHODS --seeds ${SEEDS:-0 1 2 3 4 5 6 7 8 9} \
+    --device "$DEVICE" --jobs "${JOBS:-1}" ${TABLE_ARGS:-} \
     --data-dir "$DATA" --no-download --out "$TABLE" --no-plots -q
 REFERENCE=".gpu_data/$(basename "$CPU_TABLE")"  # carried (--prepare); results/ stays behind
 [[ -f "$REFERENCE/paper_table.csv" ]] || REFERENCE=$CPU_TABLE
