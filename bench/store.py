@@ -242,6 +242,10 @@ class RunStore:
         Returns (runs, summary, config columns, problems)."""
         self.ensure()
         records, problems = self.scan()
+        if problems and not records:  # e.g. a folder copied without predictions/: keep its tables as they are
+            first = problems[0].removesuffix("; left out of the tables")
+            raise BenchError(f"no record in {self.records} can be read, so no table was rewritten: {len(problems)} "
+                             f"are corrupt, the first: {first}")
         runs, selective = self.runs_table(records)
         keys = config_columns(records)
         summary = summarize(runs, keys)

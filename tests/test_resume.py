@@ -134,6 +134,21 @@ def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, re
     pd.testing.assert_frame_equal(metrics(out), reference)  # redone, identical
 
 
+def test_report_on_a_folder_copied_without_its_predictions_rewrites_nothing(tmp_path, reference_folder, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(reference_folder, out, ignore=shutil.ignore_patterns("predictions"))
+    tables = {p.name: p.read_bytes() for p in out.glob("*.csv")}
+    capsys.readouterr()
+    assert main(["report", "--out", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no record in {out / 'records'} can be read, so no table was rewritten: 6 are corrupt" in err
+    assert "are missing or unreadable" in err and tables and {p.name: p.read_bytes() for p in out.glob("*.csv")} == tables
+    (out / "predictions").mkdir(exist_ok=True)  # one run's scores back: the report goes on, leaving out the other five
+    shutil.copy(sorted((reference_folder / "predictions").glob("*.npz"))[0], out / "predictions")
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0
+    assert len(pd.read_csv(out / "runs.csv")) == 1
+
+
 def test_grid_order_does_not_change_results(tiny_data, tmp_path, reference):
     reversed_grid = GRID.copy()
     i = reversed_grid.index("--seeds")
