@@ -166,9 +166,9 @@ def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak:
     appended to OUT/efficiency.csv so that efficiency is tracked on real grids. A selection's record
     copies its chosen candidate's cost and trained nothing itself: it is not counted (dare-bench up
     to 0.6.0 counted it, so walks' work was counted twice for the chosen candidates)."""
-    if len(folder) and "selected_run_id" in folder:
-        folder = folder[folder["selected_run_id"].isna()]
     trained = folder[folder["run_id"].isin(ran) & (folder["status"] == "ok")] if len(folder) else folder
+    if "selected_run_id" in trained:
+        trained = trained[trained["selected_run_id"].isna()]
     tflop = float(trained["train_tflop"].sum()) if "train_tflop" in trained else 0.0
     if not tflop:  # nothing trained (e.g. only a selection's record was written)
         return None

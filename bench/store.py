@@ -34,6 +34,7 @@ from bench.data.shifts import SHIFTS
 from bench.provenance import version
 
 RECORD_SCHEMA = 2  # what this code writes; it reads 1..RECORD_SCHEMA (the history is in the docstring above)
+LEFT_OUT = "; left out of the tables"  # how a corrupt record's problem line ends (RunStore.scan)
 
 # ok: metrics; diverged: non-finite loss/parameters; error: the method raised, its predictions broke
 # the contract, or it could not start (e.g. its reference failed)
@@ -199,7 +200,7 @@ class RunStore:
             try:
                 records.append(self.load(path.stem))
             except CorruptRecord as exc:
-                problems.append(f"record {path} is corrupt ({exc}); left out of the tables")
+                problems.append(f"record {path} is corrupt ({exc}){LEFT_OUT}")
         return records, problems
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
@@ -243,7 +244,7 @@ class RunStore:
         self.ensure()
         records, problems = self.scan()
         if problems and not records:  # e.g. a folder copied without predictions/: keep its tables as they are
-            first = problems[0].removesuffix("; left out of the tables")
+            first = problems[0].removesuffix(LEFT_OUT)
             raise BenchError(f"no record in {self.records} can be read, so no table was rewritten: {len(problems)} "
                              f"are corrupt, the first: {first}")
         runs, selective = self.runs_table(records)

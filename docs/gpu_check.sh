@@ -29,6 +29,7 @@ CPU_TABLE=results/paper-fmnist-packed   # the CPU paper table the GPU cells are 
 # the CPU table's 11 rows (the table); the preset's later rows (MIMO, MultiSWAG, Laplace,
 # snapshot ensembles) have no CPU cells to be held to
 TABLE_METHODS="deep_ensemble dare mc_dropout anchor_net mod negcorr rde single_network batch_ensemble packed_ensemble"
+DEVICE=${DEVICE:-cuda}  # cpu: the rehearsal
 EXCLUDE=$(git rev-parse --git-common-dir 2>/dev/null || echo .git)/info/exclude
 
 if [[ "${1:-}" == "--prepare" ]]; then
@@ -58,7 +59,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONPATH=/tmp/site:$PWD
 tar xzf .gpu_data/data.tar.gz -C "$WORK" && DATA="$WORK/$(tar tzf .gpu_data/data.tar.gz | head -1 | cut -d/ -f1)"
 nvidia-smi -L
-DEVICE=${DEVICE:-cuda}  # cpu: the rehearsal
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 git log -1 --format='commit %h %s' 2>/dev/null || true
 

@@ -14,9 +14,9 @@ import pandas as pd
 folder, peak = Path(sys.argv[1]), float(sys.argv[2])
 records = [json.loads(p.read_text()) for p in sorted((folder / "records").glob("*.json"))]
 trained = pd.DataFrame([r for r in records if r.get("status") == "ok" and not r.get("selected_run_id")])
-if "pack_id" not in trained or trained["pack_id"].isna().any():  # records before packs (dare-bench < 0.3)
-    sys.exit(f"{folder}: {int(trained.get('pack_id', pd.Series(index=trained.index)).isna().sum())} trained records "
-             "have no pack_id; this script reads folders trained in packs")
+unpacked = int(trained["pack_id"].isna().sum()) if "pack_id" in trained else len(trained)
+if unpacked:  # records before packs (dare-bench < 0.3)
+    sys.exit(f"{folder}: {unpacked} trained records have no pack_id; this script reads folders trained in packs")
 trained["network_epochs"] = trained["epochs_run"].map(lambda e: sum(int(x) for x in str(e).split()))
 packs = trained.groupby("pack_id", sort=False).agg(
     methods=("method", lambda m: " ".join(sorted(set(m)))), runs=("run_id", "size"),
