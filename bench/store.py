@@ -142,8 +142,10 @@ class RunStore:
         folder.mkdir(parents=True, exist_ok=True)
         _atomic_write(folder / f"{run_id}.pt", lambda f: torch.save(state, f))
 
-    def load(self, run_id: str) -> dict:
-        """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason)."""
+    def load(self, run_id: str, scores: bool = True) -> dict:
+        """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason). ``scores``:
+        a finished run's cached predictions must be there too (a grid reuses only a run it can report
+        in full); without, a record whose predictions are absent is read for its metrics alone."""
         path = self.record_path(run_id)
         text = path.read_text()
         try:
@@ -166,9 +168,10 @@ class RunStore:
         if record["status"] == "ok":
             if not isinstance(record.get("id_acc"), (int, float)):
                 raise CorruptRecord("status ok but no metrics")
-            scores = self.predictions / f"{run_id}.npz"
-            if not scores.is_file() or not zipfile.is_zipfile(scores):
-                raise CorruptRecord(f"its scores {scores} are missing or unreadable")
+            cached = self.predictions / f"{run_id}.npz"
+            if cached.exists() or scores:
+                if not cached.is_file() or not zipfile.is_zipfile(cached):
+                    raise CorruptRecord(f"its scores {cached} are missing or unreadable")
         return record
 
     def check(self, run_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
@@ -194,14 +197,24 @@ class RunStore:
         return finished, problems
 
     def scan(self) -> tuple[list[dict], list[str]]:
-        """Every complete record in the store, and one problem line per corrupt one."""
+        """Every complete record in the store, and one problem line per corrupt one. A finished run
+        whose cached predictions are absent (e.g. a folder copied without predictions/) is read for
+        the metrics its record holds (``unscored``)."""
         records, problems = [], []
         for path in sorted(self.records.glob("*.json")):
             try:
-                records.append(self.load(path.stem))
+                records.append(self.load(path.stem, scores=False))
             except CorruptRecord as exc:
                 problems.append(f"record {path} is corrupt ({exc}){LEFT_OUT}")
         return records, problems
+
+    def has_scores(self, run_id: str) -> bool:
+        """Whether a run's cached predictions are in the store."""
+        return (self.predictions / f"{run_id}.npz").is_file()
+
+    def unscored(self, records: list[dict]) -> list[str]:
+        """The finished runs among ``records`` whose cached predictions are absent."""
+        return [r["run_id"] for r in records if r["status"] == "ok" and not self.has_scores(r["run_id"])]
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
         with np.load(self.predictions / f"{run_id}.npz") as z:
@@ -231,23 +244,44 @@ class RunStore:
     def runs_table(self, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(one row per record with the selective-prediction columns, the selective table in long
         form): the selective metrics come from each run's cached predictions, not the record, so
-        every stored run has them without retraining (bench.evaluation.selective)."""
+        every stored run has them without retraining (bench.evaluation.selective). A run whose
+        predictions are absent keeps its rows of the folder's last selective.csv, if any."""
         runs = records_frame(records, self.candidates())
         selective = selective_table(runs, self.load_arrays)
+        unscored = set(self.unscored(records))
+        last = self.out / "selective.csv"
+        if unscored and last.is_file():
+            kept = pd.read_csv(last)
+            kept = kept[kept["run_id"].isin(unscored)] if "run_id" in kept else kept.iloc[:0]
+            order = {run_id: i for i, run_id in enumerate(runs["run_id"])}
+            parts = [part for part in (selective, kept[selective.columns.intersection(kept.columns)]) if len(part)]
+            if parts:  # (an empty part would turn the metric columns into objects)
+                selective = (pd.concat(parts, ignore_index=True)
+                             .sort_values("run_id", key=lambda ids: ids.map(order), kind="stable", ignore_index=True))
         return with_selective(runs, selective), selective
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
         """runs.csv, summary.csv, ood.csv (the OOD metrics in long form), selective.csv (the
         selective-prediction metrics from each run's cached predictions) and, once ``bench evaluate``
-        has scored the shift suite, shift.csv, from every record.
+        has scored the shift suite, shift.csv, from every record. A run without its predictions (a
+        folder copied without predictions/) keeps its record's metrics and its rows of the last
+        selective.csv; one problem line says how many such runs there are.
         Returns (runs, summary, config columns, problems)."""
         self.ensure()
         records, problems = self.scan()
-        if problems and not records:  # e.g. a folder copied without predictions/: keep its tables as they are
+        if problems and not records:  # every record corrupt: keep the tables as they are
             first = problems[0].removesuffix(LEFT_OUT)
             raise BenchError(f"no record in {self.records} can be read, so no table was rewritten: {len(problems)} "
                              f"are corrupt, the first: {first}")
         runs, selective = self.runs_table(records)
+        unscored = self.unscored(records)
+        if unscored:
+            finished = sum(r["status"] == "ok" for r in records)
+            kept = len(set(unscored) & set(selective["run_id"]))
+            problems.append(f"{len(unscored)} of {finished} finished runs have no cached predictions in "
+                            f"{self.predictions} (a folder copied without them?): the tables take their metrics "
+                            f"from their records and, for {kept} of them, their selective-prediction metrics "
+                            f"from the last selective.csv; no score plot is redrawn and the bootstrap leaves them out")
         keys = config_columns(records)
         summary = summarize(runs, keys)
         write_csv(runs, self.out / "runs.csv")

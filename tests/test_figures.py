@@ -94,3 +94,28 @@ def test_a_variant_and_a_protocol_that_left_the_folder_leave_no_file(folder, mon
     assert pngs(folder, "") == {"top_uncertain.png"}
     assert (folder / "top_uncertain.png").read_bytes() != first  # one variant's row, not two
     assert json.loads((folder / "figures.json").read_text()) == {"report": ["top_uncertain.png"]}
+
+
+def test_a_figure_of_the_cached_predictions_is_kept_not_redrawn_when_a_folder_lacks_them(folder, monkeypatch, capsys):
+    monkeypatch.setattr(figures, "FIGURES", [f for f in figures.FIGURES if f.name in ("reliability", "comparison")])
+    assert main(["report", "--out", str(folder)]) == 0
+    drawn = {name: (folder / name).read_bytes() for name in pngs(folder, "reliability")}
+    assert set(drawn) == {f"reliability{MNIST}.png", f"reliability{FASHION}.png"}
+    stamps = {name: (folder / name).stat().st_mtime_ns for name in drawn}
+    # the Fashion-MNIST protocol loses its predictions (a folder copied without them): its reliability
+    # diagram stays as drawn and recorded; MNIST's, whose runs have theirs, is drawn again
+    runs = pd.read_csv(folder / "runs.csv")
+    for run_id in runs.loc[runs["id_dataset"] == "fashion_mnist", "run_id"]:
+        (folder / "predictions" / f"{run_id}.npz").unlink()
+    capsys.readouterr()
+    assert main(["report", "--out", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"kept reliability{FASHION}.png as the last report drew them" in out
+    assert f"wrote {folder / f'comparison{FASHION}.png'}" in out and f"wrote {folder / f'reliability{FASHION}.png'}" not in out
+    assert (folder / f"reliability{FASHION}.png").stat().st_mtime_ns == stamps[f"reliability{FASHION}.png"]
+    assert (folder / f"reliability{MNIST}.png").stat().st_mtime_ns != stamps[f"reliability{MNIST}.png"]
+    assert set(json.loads((folder / "figures.json").read_text())["report"]) == {
+        f"comparison{MNIST}.png", f"comparison{FASHION}.png", *drawn}
+    (folder / f"reliability{FASHION}.png").unlink()  # a figure gone and no predictions: nothing to keep or draw
+    assert main(["report", "--out", str(folder)]) == 0
+    assert pngs(folder, "reliability") == {f"reliability{MNIST}.png"}

@@ -134,19 +134,48 @@ def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, re
     pd.testing.assert_frame_equal(metrics(out), reference)  # redone, identical
 
 
-def test_report_on_a_folder_copied_without_its_predictions_rewrites_nothing(tmp_path, reference_folder, capsys):
+def test_report_on_a_folder_copied_without_its_predictions_keeps_every_table(tmp_path, reference_folder, capsys):
     out = tmp_path / "out"
     shutil.copytree(reference_folder, out, ignore=shutil.ignore_patterns("predictions"))
+    tables = {name: (reference_folder / name).read_bytes() for name in ("runs.csv", "selective.csv", "paired.csv")}
+    capsys.readouterr()
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"6 of 6 finished runs have no cached predictions in {out / 'predictions'}" in err
+    assert "for 6 of them, their selective-prediction metrics from the last selective.csv" in err
+    # the records' metrics and the last selective.csv's rows: the same tables, byte for byte
+    assert {name: (out / name).read_bytes() for name in tables} == tables
+    summary, reference_summary = pd.read_csv(out / "summary.csv"), pd.read_csv(reference_folder / "summary.csv")
+    assert list(summary.columns) == list(reference_summary.columns)
+    pd.testing.assert_frame_equal(summary, reference_summary, rtol=1e-8)  # selective.csv keeps 10 digits
+
+    (out / "selective.csv").unlink()  # nor the selective table: the records' metrics alone
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0
+    assert "for 0 of them" in capsys.readouterr().err
+    runs = pd.read_csv(out / "runs.csv")
+    pd.testing.assert_frame_equal(metrics(out), metrics(reference_folder))
+    assert not any(c.startswith("augrc_") for c in runs.columns) and pd.read_csv(out / "selective.csv").empty
+    paired = pd.read_csv(out / "paired.csv").set_index("metric")
+    assert paired.loc["augrc_one_minus_max_prob", "note"] == "no run of either row has a value of this metric"
+
+    (out / "predictions").mkdir(exist_ok=True)  # one run's scores back: its selective rows are computed again
+    shutil.copy(sorted((reference_folder / "predictions").glob("*.npz"))[0], out / "predictions")
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0
+    assert "5 of 6 finished runs have no cached predictions" in capsys.readouterr().err
+    assert set(pd.read_csv(out / "selective.csv")["run_id"]) == {sorted((out / "predictions").glob("*.npz"))[0].stem}
+
+
+def test_report_on_a_folder_whose_records_are_all_corrupt_rewrites_nothing(tmp_path, reference_folder, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(reference_folder, out)
+    for path in (out / "records").glob("*.json"):
+        path.write_text(path.read_text()[:40])  # cut off mid-write
     tables = {p.name: p.read_bytes() for p in out.glob("*.csv")}
     capsys.readouterr()
     assert main(["report", "--out", str(out), "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"no record in {out / 'records'} can be read, so no table was rewritten: 6 are corrupt" in err
-    assert "are missing or unreadable" in err and tables and {p.name: p.read_bytes() for p in out.glob("*.csv")} == tables
-    (out / "predictions").mkdir(exist_ok=True)  # one run's scores back: the report goes on, leaving out the other five
-    shutil.copy(sorted((reference_folder / "predictions").glob("*.npz"))[0], out / "predictions")
-    assert main(["report", "--out", str(out), "--no-plots"]) == 0
-    assert len(pd.read_csv(out / "runs.csv")) == 1
+    assert "not valid JSON" in err and tables and {p.name: p.read_bytes() for p in out.glob("*.csv")} == tables
 
 
 def test_grid_order_does_not_change_results(tiny_data, tmp_path, reference):

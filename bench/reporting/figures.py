@@ -38,6 +38,7 @@ class Figure:
     name: str                                      # the file stem: <name><tag>.png
     draw: Callable[[Path, ProtocolView], None]     # writes the PNG at the path
     applies: Callable[[ProtocolView], bool]        # whether a protocol gets this figure
+    needs_scores: bool = False                     # drawn from the runs' cached predictions (view.arrays)
 
 
 def has_runs(view: ProtocolView) -> bool:
@@ -50,6 +51,12 @@ def has_ood_sets(view: ProtocolView) -> bool:
 
 def has_selective(view: ProtocolView) -> bool:
     return has_runs(view) and MAX_PROB_AUGRC in view.runs
+
+
+def has_scores(view: ProtocolView) -> bool:
+    """Whether every run of the view has its cached predictions (a folder copied without
+    predictions/ has its records' metrics alone)."""
+    return set(view.runs["run_id"]) <= set(view.arrays)
 
 
 def has_differences(view: ProtocolView) -> bool:
@@ -66,12 +73,12 @@ def forest(path: Path, view: ProtocolView) -> None:
 
 FIGURES: list[Figure] = [
     Figure("comparison", run_plots.comparison, has_runs),
-    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets),
-    Figure("roc_curves", run_plots.roc_curves, has_ood_sets),
-    Figure("reliability", run_plots.reliability, has_runs),
-    Figure("risk_coverage", run_plots.risk_coverage, has_selective),
-    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective),
-    Figure("top_uncertain", run_plots.top_uncertain, has_runs),
+    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets, needs_scores=True),
+    Figure("roc_curves", run_plots.roc_curves, has_ood_sets, needs_scores=True),
+    Figure("reliability", run_plots.reliability, has_runs, needs_scores=True),
+    Figure("risk_coverage", run_plots.risk_coverage, has_selective, needs_scores=True),
+    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective, needs_scores=True),
+    Figure("top_uncertain", run_plots.top_uncertain, has_runs, needs_scores=True),
     Figure("forest", forest, has_differences),
     Figure("shift_curves", shift_plots.shift_curves, has_shift),
     Figure("shift_table", shift_plots.shift_heatmaps, has_shift),
@@ -92,26 +99,36 @@ def protocol_view(store: RunStore, group, differences: pd.DataFrame, tables: dic
     sets = scored_sets(finished, added=False)  # the protocol's own; the OOD suite has its own table
     title = group.label or (protocol_title(finished) if len(finished) else "")
     return ProtocolView(title, group.tag, with_primary(finished, sets),
-                        {rid: store.load_arrays(rid) for rid in finished["run_id"]}, sets,
+                        {rid: store.load_arrays(rid) for rid in finished["run_id"] if store.has_scores(rid)}, sets,
                         tuple(dataset_class(group.runs["id_dataset"].iloc[0]).classes), differences,
                         tables.get("shift_rows"), tables.get("shift_table_rows"))
 
 
-def write_figures(out: Path, views: list[ProtocolView]) -> list[Path]:
+def write_figures(out: Path, views: list[ProtocolView], echo: Callable[[str], None] = print) -> list[Path]:
     """Every registered figure that applies, per protocol, as out/<name><tag>.png; then the figures the
-    last report wrote and this one did not are removed. Returns the files written."""
+    last report wrote and this one did not are removed. A figure drawn from cached predictions that a
+    protocol's runs no longer all have (a folder copied without predictions/) is not drawn: the last
+    report's file of it is kept, and ``echo`` gets a line naming those kept. Returns the files written."""
     sns.set_theme(style="whitegrid", context="notebook")
-    files = []
+    last = set(recorded(out).get(REPORT, []))
+    files, kept = [], []
     for view in views:
         for figure in FIGURES:
-            if figure.applies(view):
-                files.append(out / f"{figure.name}{view.tag}.png")
-                figure.draw(files[-1], view)
+            path = out / f"{figure.name}{view.tag}.png"
+            if figure.needs_scores and not has_scores(view):
+                if path.name in last and path.is_file():
+                    kept.append(path)
+            elif figure.applies(view):
+                files.append(path)
+                figure.draw(path, view)
                 plt.close("all")
+    if kept:
+        echo(f"kept {', '.join(p.name for p in kept)} as the last report drew them: they need the runs' cached "
+             f"predictions, which {out / 'predictions'} lacks")
     # a folder last reported before figures.json: that report removed <name>*.png of each figure
     # before drawing (per-variant top_uncertain_<variant>.png among them), so this one does it once
     unrecorded = [] if REPORT in recorded(out) else [p.name for f in FIGURES for p in out.glob(f"{f.name}*.png")]
-    record_figures(out, REPORT, files, unrecorded)
+    record_figures(out, REPORT, files + kept, unrecorded)
     return files
 
 

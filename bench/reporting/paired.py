@@ -24,6 +24,7 @@ from bench.evaluation.metrics import ood_metrics
 from bench.evaluation.columns import score_key
 
 LEVEL = 0.95
+NO_PREDICTIONS = "no cached predictions"  # how a bootstrap row of a run without predictions/ begins its note
 
 
 def t_interval(differences: np.ndarray, level: float = LEVEL) -> tuple[float, float, float]:
@@ -48,6 +49,9 @@ def pair(row: pd.DataFrame, reference: pd.DataFrame, metric: str, reference_metr
     seeds = sorted(set(a.index) & set(b.index))
     d = (a.loc[seeds] - b.loc[seeds]).to_numpy() if seeds else np.array([])
     mean, low, high = t_interval(d)
+    if a.empty and b.empty:  # e.g. a metric computed from cached predictions that the folder lacks
+        return {"n": 0, "mean": mean, "low": low, "high": high, "real": False,
+                "note": "no run of either row has a value of this metric"}
     only_a, only_b = sorted(set(a.index) - set(b.index)), sorted(set(b.index) - set(a.index))
     note = "; ".join(part for part in (
         f"seeds {_list(only_a)} without a finished reference run with this value" if only_a else "",
@@ -163,7 +167,7 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
                 arrays_a, arrays_b = load_arrays(a["run_id"]), load_arrays(b["run_id"])
             except (FileNotFoundError, OSError, ValueError) as exc:
                 rows.append({"variant": variant, "reference": reference, "seed": int(s), "metric": "",
-                             "resamples": n_boot, "real": False, "note": f"no cached predictions: {exc}"})
+                             "resamples": n_boot, "real": False, "note": f"{NO_PREDICTIONS}: {exc}"})
                 continue
             n = len(arrays_a["id_label"])
             sets = list(dict.fromkeys(parsed[1] for parsed in map(read_paired_metric, frame["metric"])

@@ -52,7 +52,7 @@ class ProtocolView:
     title: str                       # the protocol's label, shown in every title
     tag: str                         # appended to each file name ("" for a folder's own protocol)
     runs: pd.DataFrame               # its finished runs, each with its AUROC by its primary score (with_primary)
-    arrays: dict[str, dict]          # run id -> the run's cached scores (RunStore.load_arrays)
+    arrays: dict[str, dict]          # run id -> the run's cached scores (RunStore.load_arrays), where it has them
     sets: list[str]                  # its own OOD sets that were scored
     class_names: tuple[str, ...] | None
     differences: pd.DataFrame        # its paired differences to the deep ensemble (bench.reporting.paired)

@@ -165,7 +165,7 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
     if plots:  # the figure modules import matplotlib: only when a figure is drawn
         from bench.reporting.figures import protocol_view, write_figures
         files += write_figures(store.out, [protocol_view(store, group, differences, tables)
-                                           for group, differences, tables in zip(groups, paired, robust)])
+                                           for group, differences, tables in zip(groups, paired, robust)], echo)
     for path in files:
         echo(f"wrote {path}")
     return files
