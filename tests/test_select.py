@@ -4,6 +4,7 @@ import json
 import pandas as pd
 import pytest
 
+import bench
 import bench.execution.executors as executors
 from bench.cli.main import main
 from bench.config import make_protocol
@@ -82,6 +83,11 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
         chosen = next(r for r in records if r["run_id"] == sel["selected_run_id"])
         assert sel["id_acc"] == chosen["id_acc"] and sel["auroc_pred_entropy_vs_fashion_mnist"] == \
             chosen["auroc_pred_entropy_vs_fashion_mnist"]  # the chosen run's metrics, copied
+        # how the chosen run was made is its own: no pack; the selection's own code, worker and time
+        assert not {"pack_id", "pack_runs", "pack_networks"} & set(sel)
+        assert sel["harness_version"] == bench.__version__ and sel["worker"] and sel["finished_at"] >= chosen["finished_at"]
+        assert all(sel["finished_at"] >= r["finished_at"] for r in records if r["run_id"] in
+                   {c["run_id"] for c in sel["candidates"]})  # made once every candidate had finished
         if sel["walk"].startswith("early break"):  # the last candidate scored worse than the best before it
             assert len(scores) < 5 and scores[-1] > min(scores[:-1])
         else:

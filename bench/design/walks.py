@@ -21,8 +21,12 @@ from typing import Any, ClassVar
 from bench.config import RunConfig, make_run_config
 from bench.errors import ConfigError
 from bench.options import parse_bool
+from bench.provenance import COMMIT_KEY, VERSION_KEY
 
 SCORE = "val_nll_nats"  # the validation NLL of the member-averaged softmax
+# fields of the chosen candidate's record that say how it was made, not what it scored: a selection's
+# record leaves them out (its pack) or has its own (its code, worker and time: stamped by the executor)
+CANDIDATE_ONLY = ("pack_id", "pack_runs", "pack_networks", "worker", "finished_at", VERSION_KEY, COMMIT_KEY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +187,8 @@ class Walk:
             self.stopped = "walked the whole grid"
 
     def record(self, chosen: dict | None) -> dict:
-        """The selection's record: the chosen run's metrics under the selection's config."""
+        """The selection's record: the chosen run's metrics under the selection's config (the caller
+        stamps which code, worker and time made the selection)."""
         sel = self.selection
         row = sel.row()
         base = {"config": sel.to_dict(), "config_columns": [k for k in row if k not in ("run_id", "seed")],
@@ -192,7 +197,8 @@ class Walk:
                 "failed_candidates": sum(c["status"] == "error" for c in self.scores)}
         if chosen is None:
             return {**row, **base, "status": "error", "error": "no candidate finished with a finite validation NLL"}
-        skip = set(chosen["config_columns"]) | {"run_id", "config", "config_columns", "seed"}
+        # the chosen run's config and how it executed (its pack, worker, code, time) stay its own
+        skip = set(chosen["config_columns"]) | {"run_id", "config", "config_columns", "seed", *CANDIDATE_ONLY}
         metrics = {k: v for k, v in chosen.items() if k not in skip}
         picked = self.scores[self.best]
         selected = ", ".join(f"{n}={picked[n]}" for n, _ in sel.grid)

@@ -26,12 +26,12 @@ from bench.errors import BenchError
 from bench.options import option, parse_float, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
 from bench.execution.claims import DEFAULT_TIMEOUT, Claim, Claims, RunsToDo
-from bench.execution.runner import run_line, run_pack
+from bench.execution.runner import now, run_line, run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
 from bench.design.grid import GridItem
 from bench.design.walks import Walk
-from bench.provenance import commit, other_versions, version
+from bench.provenance import commit, other_versions, stamp, version, worker_name
 
 DEFAULT_JOB_MINUTES = 24 * 60  # submitit's own default (5 min on SLURM, 2 locally) would kill a pack
 
@@ -396,6 +396,7 @@ def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, l
                 continue
             chosen = store.load(w.scores[w.best]["run_id"]) if w.best is not None else None
             record = w.record(chosen)
+            record.update(**stamp(), worker=worker_name(), finished_at=now())  # what made this selection, when
             store.add(record, store.load_arrays(chosen["run_id"]) if chosen else None)
             advance()
             if progress:

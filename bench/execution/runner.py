@@ -58,7 +58,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
             records[i].update(values)
             bound.append((i, method))
         except ReferenceFailed as exc:
-            records[i].update(status="error", error=str(exc), finished_at=_now())
+            records[i].update(status="error", error=str(exc), finished_at=now())
             out[i] = records[i], None
         except Exception as exc:  # noqa: BLE001 - a method's bug is this run's result, not the grid's end
             out[i] = _failed(records[i], "binding its references", exc)
@@ -69,7 +69,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
             results = [exc] * len(bound)
         for (i, method), result in zip(bound, results):
             if isinstance(result, Diverged):
-                records[i].update(status="diverged", diverged_epoch=result.epoch, finished_at=_now())
+                records[i].update(status="diverged", diverged_epoch=result.epoch, finished_at=now())
                 out[i] = records[i], None
             elif isinstance(result, Exception):
                 out[i] = _failed(records[i], "training", result)
@@ -114,7 +114,7 @@ def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:
     """The record of a run whose method raised: the one-line reason and the traceback."""
     reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     record.update(status="error", error=f"{stage}: {type(exc).__name__}" + (f": {reason}" if reason else ""),
-                  traceback="".join(traceback.format_exception(exc)), finished_at=_now())
+                  traceback="".join(traceback.format_exception(exc)), finished_at=now())
     return record, None
 
 
@@ -126,9 +126,9 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
     except InvalidPredictions as exc:  # non-finite numbers: divergence, a result; anything else: a broken contract
         if exc.nonfinite:
             record.update(status="diverged", diverged_epoch=max(result.epochs_run), diverged_reason=str(exc),
-                          finished_at=_now())
+                          finished_at=now())
         else:
-            record.update(status="error", error=f"invalid predictions from {exc}", finished_at=_now())
+            record.update(status="error", error=f"invalid predictions from {exc}", finished_at=now())
         return record, None
     except Exception as exc:  # noqa: BLE001
         return _failed(record, "predicting", exc)
@@ -152,7 +152,7 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
                   # the mean over members of each member's validation task loss after checkpoint restore
                   val_task_loss=float(np.mean(finite_val)) if len(finite_val) == len(result.val_loss) else None,
                   param_abs_mean=float(np.mean(result.param_abs_mean)), training_step=result.step,
-                  history=result.history, finished_at=_now())
+                  history=result.history, finished_at=now())
     return record, arrays
 
 
@@ -211,5 +211,6 @@ def run_line(record: dict) -> str:
             f"  train {record['train_seconds']:.1f}s")
 
 
-def _now() -> str:
+def now() -> str:
+    """The UTC time, to the second, that a record says it was finished at."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
