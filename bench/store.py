@@ -229,16 +229,24 @@ class RunStore:
         blob = json.dumps({"selection": selection_id, "candidates": candidate_ids}).encode()
         _atomic_write(folder / f"{selection_id}.json", lambda f: f.write(blob))
 
-    def candidates(self) -> dict[str, list[str]]:
-        """run id -> the selections it is a candidate of."""
-        out: dict[str, list[str]] = {}
+    def candidates(self, records: list[dict] = ()) -> dict[str, list[str]]:
+        """run id -> the selections it is a candidate of: from the manifests in OUT/selections and
+        the candidates that the selections among ``records`` walked (a folder copied without
+        selections/ still knows its candidates)."""
+        listed: list[tuple[str, list]] = []
         for path in sorted((self.out / "selections").glob("*.json")):
             try:
                 manifest = json.loads(path.read_text())
             except json.JSONDecodeError:
                 continue  # a torn manifest is rewritten when its walk runs again
-            for run_id in manifest.get("candidates", []):
-                out.setdefault(run_id, []).append(manifest.get("selection", path.stem))
+            listed.append((manifest.get("selection", path.stem), manifest.get("candidates", [])))
+        listed += [(r["run_id"], [c.get("run_id") for c in r["candidates"] if isinstance(c, dict)])
+                   for r in records if isinstance(r.get("candidates"), list)]
+        out: dict[str, list[str]] = {}
+        for selection, run_ids in listed:
+            for run_id in run_ids:
+                if run_id and selection not in out.setdefault(run_id, []):
+                    out[run_id].append(selection)
         return out
 
     def runs_table(self, records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -246,7 +254,7 @@ class RunStore:
         form): the selective metrics come from each run's cached predictions, not the record, so
         every stored run has them without retraining (bench.evaluation.selective). A run whose
         predictions are absent keeps its rows of the folder's last selective.csv, if any."""
-        runs = records_frame(records, self.candidates())
+        runs = records_frame(records, self.candidates(records))
         selective = selective_table(runs, self.load_arrays)
         unscored = set(self.unscored(records))
         last = self.out / "selective.csv"

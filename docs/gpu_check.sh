@@ -20,7 +20,7 @@
 # Stages, each cut at its own time limit: the CUDA tests (pytest_cuda.txt); bench perf at 25 and 400
 # networks, 3 epochs: the paper MLP with graph and with eager steps, the seed MLP with graph steps
 # (perf_*.csv); the paper-fmnist table's 11 rows from scratch with 10 seeds, resumable, cut at 210 s, compared
-# cell by cell with the CPU table (compare_to_*.csv; records and tables in paper_fmnist_gpu.tar.gz,
+# cell by cell with the CPU table (compare_to_*.csv; records, selections and tables in paper_fmnist_gpu.tar.gz,
 # without the predictions). Every file lands in OUT as its stage ends (7 files, with gpu_check.log).
 set -uo pipefail
 WHEELS="relplot==1.0.3 deprecation==2.1.0 laplace-torch==0.3 asdfghjkl==0.1a4 backpack-for-pytorch==1.7.1
@@ -85,6 +85,6 @@ REFERENCE=".gpu_data/$(basename "$CPU_TABLE")"  # carried (--prepare); results/ 
 [[ -f "$REFERENCE/paper_table.csv" ]] || REFERENCE=$CPU_TABLE
 timeout 30 python3 -m bench report --out "$TABLE" --no-plots --compare-to "$REFERENCE" | tail -2
 cp "$TABLE"/compare_to_*.csv "$OUT/" 2>/dev/null
-(cd "$TABLE" && tar czf "$OUT/paper_fmnist_gpu.tar.gz" records ./*.csv ./*.md 2>/dev/null) || true  # no predictions: too large
+(cd "$TABLE" && tar czf "$OUT/paper_fmnist_gpu.tar.gz" records selections ./*.csv ./*.md 2>/dev/null) || true  # no predictions: too large
 stage "done"
 sleep 1  # let tee write the log's end

@@ -1,5 +1,6 @@
 """Selection on validation data: the walk, its early break, what is recorded, and bad input."""
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -109,6 +110,14 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
     (out / "summary.md").unlink()
     assert main(["report", "--out", str(out), "--no-plots"]) == 0  # report, too, shows the selection rows
     assert "| mod(checkpoint=none, members=2, lam=" not in (out / "summary.md").read_text()
+
+    copy = tmp_path / "copy"  # the records and tables alone: the selections' records still name their candidates
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("predictions", "selections"))
+    assert main(["report", "--out", str(copy), "--no-plots"]) == 0
+    for name in ("runs.csv", "paired.csv", "summary.md"):
+        assert (copy / name).read_bytes() == (out / name).read_bytes(), name
+    pd.testing.assert_frame_equal(pd.read_csv(copy / "summary.csv"), pd.read_csv(out / "summary.csv"),
+                                  rtol=1e-8)  # its selective columns from selective.csv's 10 digits
 
 
 @pytest.mark.parametrize("args, message", [

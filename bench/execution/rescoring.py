@@ -76,7 +76,7 @@ def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredR
     Selection candidates are scored only where a selection chose them (``candidates``: all)."""
     records, _ = store.scan()
     by_id = {r["run_id"]: r for r in records}
-    candidate_of = store.candidates()
+    candidate_of = store.candidates(records)
     runs: dict[str, StoredRun] = {}
     missing = []
     for record in records:
