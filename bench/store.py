@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.evaluation.selective import selective_table, with_selective
+from bench.evaluation.selective import METRICS as METRIC_NAMES, selective_table, with_selective
 from bench.evaluation.columns import ood_table
 from bench.data.shifts import SHIFTS
 from bench.provenance import version
@@ -199,7 +199,7 @@ class RunStore:
     def scan(self) -> tuple[list[dict], list[str]]:
         """Every complete record in the store, and one problem line per corrupt one. A finished run
         whose cached predictions are absent (e.g. a folder copied without predictions/) is read for
-        the metrics its record holds (``unscored``)."""
+        the metrics its record holds (``without_predictions``)."""
         records, problems = [], []
         for path in sorted(self.records.glob("*.json")):
             try:
@@ -208,13 +208,13 @@ class RunStore:
                 problems.append(f"record {path} is corrupt ({exc}){LEFT_OUT}")
         return records, problems
 
-    def has_scores(self, run_id: str) -> bool:
+    def has_predictions(self, run_id: str) -> bool:
         """Whether a run's cached predictions are in the store."""
         return (self.predictions / f"{run_id}.npz").is_file()
 
-    def unscored(self, records: list[dict]) -> list[str]:
+    def without_predictions(self, records: list[dict]) -> list[str]:
         """The finished runs among ``records`` whose cached predictions are absent."""
-        return [r["run_id"] for r in records if r["status"] == "ok" and not self.has_scores(r["run_id"])]
+        return [r["run_id"] for r in records if r["status"] == "ok" and not self.has_predictions(r["run_id"])]
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
         with np.load(self.predictions / f"{run_id}.npz") as z:
@@ -229,7 +229,7 @@ class RunStore:
         blob = json.dumps({"selection": selection_id, "candidates": candidate_ids}).encode()
         _atomic_write(folder / f"{selection_id}.json", lambda f: f.write(blob))
 
-    def candidates(self, records: list[dict] = ()) -> dict[str, list[str]]:
+    def candidates(self, records: list[dict]) -> dict[str, list[str]]:
         """run id -> the selections it is a candidate of: from the manifests in OUT/selections and
         the candidates that the selections among ``records`` walked (a folder copied without
         selections/ still knows its candidates)."""
@@ -256,17 +256,28 @@ class RunStore:
         predictions are absent keeps its rows of the folder's last selective.csv, if any."""
         runs = records_frame(records, self.candidates(records))
         selective = selective_table(runs, self.load_arrays)
-        unscored = set(self.unscored(records))
-        last = self.out / "selective.csv"
-        if unscored and last.is_file():
-            kept = pd.read_csv(last)
-            kept = kept[kept["run_id"].isin(unscored)] if "run_id" in kept else kept.iloc[:0]
+        carried = self._last_selective(set(self.without_predictions(records)), selective.columns)
+        if len(carried):
             order = {run_id: i for i, run_id in enumerate(runs["run_id"])}
-            parts = [part for part in (selective, kept[selective.columns.intersection(kept.columns)]) if len(part)]
-            if parts:  # (an empty part would turn the metric columns into objects)
-                selective = (pd.concat(parts, ignore_index=True)
-                             .sort_values("run_id", key=lambda ids: ids.map(order), kind="stable", ignore_index=True))
+            parts = [part for part in (selective, carried) if len(part)]  # an empty part would make the metrics objects
+            selective = (pd.concat(parts, ignore_index=True)
+                         .sort_values("run_id", key=lambda ids: ids.map(order), kind="stable", ignore_index=True))
         return with_selective(runs, selective), selective
+
+    def _last_selective(self, run_ids: set[str], columns: pd.Index) -> pd.DataFrame:
+        """The rows of these runs in the folder's last selective.csv, in ``columns`` (a column it
+        lacks is empty); none when there is no such file or it cannot be read."""
+        path = self.out / "selective.csv"
+        if not run_ids or not path.is_file():
+            return pd.DataFrame(columns=columns)
+        try:
+            last = pd.read_csv(path, dtype={"run_id": str, "score": str})
+        except (OSError, ValueError, pd.errors.ParserError):  # (an empty file is a ValueError)
+            return pd.DataFrame(columns=columns)
+        if not {"run_id", "score"} <= set(last.columns):
+            return pd.DataFrame(columns=columns)
+        return last[last["run_id"].isin(run_ids)].reindex(columns=columns).astype(
+            {c: float for c in columns if c in METRIC_NAMES})
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
         """runs.csv, summary.csv, ood.csv (the OOD metrics in long form), selective.csv (the
@@ -282,14 +293,15 @@ class RunStore:
             raise BenchError(f"no record in {self.records} can be read, so no table was rewritten: {len(problems)} "
                              f"are corrupt, the first: {first}")
         runs, selective = self.runs_table(records)
-        unscored = self.unscored(records)
-        if unscored:
+        missing = self.without_predictions(records)
+        if missing:
             finished = sum(r["status"] == "ok" for r in records)
-            kept = len(set(unscored) & set(selective["run_id"]))
-            problems.append(f"{len(unscored)} of {finished} finished runs have no cached predictions in "
-                            f"{self.predictions} (a folder copied without them?): the tables take their metrics "
-                            f"from their records and, for {kept} of them, their selective-prediction metrics "
-                            f"from the last selective.csv; no score plot is redrawn and the bootstrap leaves them out")
+            carried = len(set(missing) & set(selective["run_id"]))
+            problems.append(f"{len(missing)} of {finished} finished runs have no cached predictions in "
+                            f"{self.predictions} (a folder copied without them?): their metrics come from their "
+                            f"records and, for {carried} of them, their selective-prediction metrics from the last "
+                            f"selective.csv; no figure that needs predictions is redrawn with them, no bootstrap "
+                            f"resamples them")
         keys = config_columns(records)
         summary = summarize(runs, keys)
         write_csv(runs, self.out / "runs.csv")

@@ -96,9 +96,13 @@ def test_a_variant_and_a_protocol_that_left_the_folder_leave_no_file(folder, mon
     assert json.loads((folder / "figures.json").read_text()) == {"report": ["top_uncertain.png"]}
 
 
-def test_a_figure_of_the_cached_predictions_is_kept_not_redrawn_when_a_folder_lacks_them(folder, monkeypatch, capsys):
+@pytest.mark.parametrize("manifest", [True, False])  # False: last reported before figures.json existed
+def test_a_figure_of_the_cached_predictions_is_kept_not_redrawn_when_a_folder_lacks_them(manifest, folder, monkeypatch,
+                                                                                         capsys):
     monkeypatch.setattr(figures, "FIGURES", [f for f in figures.FIGURES if f.name in ("reliability", "comparison")])
     assert main(["report", "--out", str(folder)]) == 0
+    if not manifest:
+        (folder / "figures.json").unlink()
     drawn = {name: (folder / name).read_bytes() for name in pngs(folder, "reliability")}
     assert set(drawn) == {f"reliability{MNIST}.png", f"reliability{FASHION}.png"}
     stamps = {name: (folder / name).stat().st_mtime_ns for name in drawn}

@@ -156,13 +156,43 @@ def test_report_on_a_folder_copied_without_its_predictions_keeps_every_table(tmp
     pd.testing.assert_frame_equal(metrics(out), metrics(reference_folder))
     assert not any(c.startswith("augrc_") for c in runs.columns) and pd.read_csv(out / "selective.csv").empty
     paired = pd.read_csv(out / "paired.csv").set_index("metric")
-    assert paired.loc["augrc_one_minus_max_prob", "note"] == "no run of either row has a value of this metric"
+    assert paired.loc["augrc_one_minus_max_prob", "note"] == "no run of either row has a value of augrc_one_minus_max_prob"
 
     (out / "predictions").mkdir(exist_ok=True)  # one run's scores back: its selective rows are computed again
     shutil.copy(sorted((reference_folder / "predictions").glob("*.npz"))[0], out / "predictions")
     assert main(["report", "--out", str(out), "--no-plots"]) == 0
     assert "5 of 6 finished runs have no cached predictions" in capsys.readouterr().err
     assert set(pd.read_csv(out / "selective.csv")["run_id"]) == {sorted((out / "predictions").glob("*.npz"))[0].stem}
+
+
+@pytest.mark.parametrize("damage", ["older", "empty", "garbage", "numeric_ids"])
+def test_a_folder_without_predictions_reads_what_its_last_selective_table_holds(damage, tmp_path, reference_folder,
+                                                                               capsys):
+    out = tmp_path / "out"
+    shutil.copytree(reference_folder, out, ignore=shutil.ignore_patterns("predictions"))
+    last = pd.read_csv(reference_folder / "selective.csv", dtype={"run_id": str})
+    if damage == "older":  # written before smECE
+        last.drop(columns="smece").to_csv(out / "selective.csv", index=False)
+    elif damage == "empty":
+        (out / "selective.csv").write_text("")
+    elif damage == "garbage":
+        (out / "selective.csv").write_text("no,table\nhere\n")
+    else:  # run ids that read as numbers unless read as text
+        ids = {run_id: f"{i}{i}{i}" for i, run_id in enumerate(sorted(last["run_id"].unique()), start=1)}
+        for old, new in ids.items():
+            (out / "records" / f"{old}.json").write_text(
+                (out / "records" / f"{old}.json").read_text().replace(f'"{old}"', f'"{new}"'))
+            (out / "records" / f"{old}.json").rename(out / "records" / f"{new}.json")
+        last.assign(run_id=last["run_id"].map(ids)).to_csv(out / "selective.csv", index=False)
+    capsys.readouterr()
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0
+    kept = {"older": 6, "empty": 0, "garbage": 0, "numeric_ids": 6}[damage]
+    assert f"for {kept} of them, their selective-prediction metrics" in capsys.readouterr().err
+    runs = pd.read_csv(out / "runs.csv")
+    assert ("augrc_one_minus_max_prob" in runs) == bool(kept)
+    if damage == "older":
+        assert "smece_one_minus_max_prob" not in runs
+    pd.testing.assert_frame_equal(metrics(out).drop(columns="run_id"), metrics(reference_folder).drop(columns="run_id"))
 
 
 def test_report_on_a_folder_whose_records_are_all_corrupt_rewrites_nothing(tmp_path, reference_folder, capsys):

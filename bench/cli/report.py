@@ -40,9 +40,9 @@ def run(args: argparse.Namespace) -> int:
     if n_boot:
         table = done.bootstrap
         real = int(table["real"].sum()) if len(table) else 0
-        unscored = int(table["note"].str.startswith(NO_PREDICTIONS).sum()) if len(table) else 0
+        without = int(table["note"].str.startswith(NO_PREDICTIONS).sum()) if len(table) else 0
         print(f"paired bootstrap over test samples ({n_boot} resamples, seed {boot_seed}): {len(table)} seed-level "
               f"differences, {real} with a 95 % interval that excludes 0"
-              + (f", {unscored} without cached predictions to resample" if unscored else "")
+              + (f", {without} without cached predictions to resample" if without else "")
               + f"; wrote {Path(args.out) / 'bootstrap.csv'}")
     return 0

@@ -13,7 +13,6 @@ predictions gain the added sets' per-sample scores.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import zlib
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from bench.data.files import load_images
 from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, ood_images, prepared_split
 from bench.errors import BenchError, ConfigError, DataError
 from bench.evaluation.metrics import run_metrics, shift_metrics
-from bench.execution.runner import plot_arrays, predict_split, predict_splits
+from bench.execution.runner import now, plot_arrays, predict_split, predict_splits
 from bench.store import CorruptRecord, RunStore, parse_skipped
 from methods.base import ReferenceFailed
 
@@ -177,9 +176,9 @@ def rescore_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list[
                         progress, ood)
     runs, not_scored = _loaded_runs(context, out, candidates, echo)
     differing, scored_sets = [], []
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")  # in every record written
+    evaluated_at = now()  # in every record written
     for run in tqdm(runs, desc="re-scoring runs", unit="run", disable=not progress):
-        scored, differs = _rescore_run(context, run, now)
+        scored, differs = _rescore_run(context, run, evaluated_at)
         scored_sets += scored
         if differs:
             differing.append(f"{run.source['variant']} seed {run.source['seed']} ({differs})")
@@ -216,9 +215,9 @@ def _loaded_runs(context: Rescoring, out: Path, candidates: bool, echo) -> tuple
     return usable, missing + broken
 
 
-def _rescore_run(context: Rescoring, run: StoredRun, now: str) -> tuple[list[str], str]:
+def _rescore_run(context: Rescoring, run: StoredRun, evaluated_at: str) -> tuple[list[str], str]:
     """Predict one run again as after training, add the OOD sets asked for and those of earlier
-    calls, and write its records (scored at ``now``). Returns the OOD sets scored and how its metrics differ from the
+    calls, and write its records (scored at ``evaluated_at``). Returns the OOD sets scored and how its metrics differ from the
     stored ones ('' when they came back identical)."""
     _threads(run, context.threads)
     p_val, (p_id, own_id), ood_pred, _ = predict_splits(run.config, run.method, run.model, run.data, context.device)
@@ -230,7 +229,7 @@ def _rescore_run(context: Rescoring, run: StoredRun, now: str) -> tuple[list[str
                                   run.data.val.y.numpy(), own_id, {n: own for n, (_, own) in ood_pred.items()})
     differs = _differences(run.source, metrics)
     scored = list(ood_pred)
-    _write_scores(context, run, metrics, plot_arrays(p_id, scores, run.data), scored, differs, now)
+    _write_scores(context, run, metrics, plot_arrays(p_id, scores, run.data), scored, differs, evaluated_at)
     return scored, differs
 
 
@@ -253,7 +252,7 @@ def _predict_added_set(context: Rescoring, run: StoredRun, name: str, ood_pred: 
 
 
 def _write_scores(context: Rescoring, run: StoredRun, metrics: dict, arrays: dict, scored: list[str],
-                  differs: str, now: str) -> None:
+                  differs: str, evaluated_at: str) -> None:
     """The run's new metrics into each record that takes them, with what they were scored with and
     whether the stored metrics came back; the OOD sets are saved before the (long) shift suite starts."""
     for record in run.targets:
@@ -262,7 +261,7 @@ def _write_scores(context: Rescoring, run: StoredRun, metrics: dict, arrays: dic
         notes.update({n: why for n, why in context.skipped.items() if n in context.ood})
         record.update(metrics, scored_ood_sets=" ".join(scored),
                       ood_skipped="; ".join(f"{k}: {v}" for k, v in notes.items()),
-                      evaluation={**record.get("evaluation", {}), "evaluated_at": now, **provenance.stamp(),
+                      evaluation={**record.get("evaluation", {}), "evaluated_at": evaluated_at, **provenance.stamp(),
                                   "ood_sets": scored, "generated_ood_seed": ood_sets.SEED,
                                   "weights_of": run.source["run_id"], "device": str(context.device),
                                   "threads": torch.get_num_threads(), "reproduced_stored_metrics": not differs})

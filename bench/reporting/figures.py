@@ -3,7 +3,10 @@ one PNG from a protocol's ProtocolView, registered (FIGURES) with its name, the 
 applies. ``bench report`` writes each applicable figure once per protocol, as <name><tag>.png (the tag
 tells the protocols of a folder apart), and then removes what it wrote last time and not now: the
 folder's figures.json records the figures each writer wrote, so no file pattern has to follow the
-registry. A new figure is one function and one entry here (or ``register`` from a plugin).
+registry. A new figure is one function and one entry here (or ``register`` from a plugin). A figure
+drawn from the runs' cached predictions (``view.arrays``; the default, ``needs_predictions``) is not
+redrawn for a protocol some of whose runs lack them (a folder copied without predictions/): the last
+report's file of it is kept as it was, and stays recorded.
 
 Other commands draw into the same folder from what they alone compute, and record their files in
 figures.json too (``record_figures``), each under its own name: ``ablate``'s ablation_<option>.png
@@ -38,7 +41,9 @@ class Figure:
     name: str                                      # the file stem: <name><tag>.png
     draw: Callable[[Path, ProtocolView], None]     # writes the PNG at the path
     applies: Callable[[ProtocolView], bool]        # whether a protocol gets this figure
-    needs_scores: bool = False                     # drawn from the runs' cached predictions (view.arrays)
+    # drawn from the runs' cached predictions (view.arrays): not redrawn while some run lacks them (a
+    # folder copied without predictions/), its last file kept; False for a figure of the metrics alone
+    needs_predictions: bool = True
 
 
 def has_runs(view: ProtocolView) -> bool:
@@ -53,7 +58,7 @@ def has_selective(view: ProtocolView) -> bool:
     return has_runs(view) and MAX_PROB_AUGRC in view.runs
 
 
-def has_scores(view: ProtocolView) -> bool:
+def has_all_predictions(view: ProtocolView) -> bool:
     """Whether every run of the view has its cached predictions (a folder copied without
     predictions/ has its records' metrics alone)."""
     return set(view.runs["run_id"]) <= set(view.arrays)
@@ -72,16 +77,16 @@ def forest(path: Path, view: ProtocolView) -> None:
 
 
 FIGURES: list[Figure] = [
-    Figure("comparison", run_plots.comparison, has_runs),
-    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets, needs_scores=True),
-    Figure("roc_curves", run_plots.roc_curves, has_ood_sets, needs_scores=True),
-    Figure("reliability", run_plots.reliability, has_runs, needs_scores=True),
-    Figure("risk_coverage", run_plots.risk_coverage, has_selective, needs_scores=True),
-    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective, needs_scores=True),
-    Figure("top_uncertain", run_plots.top_uncertain, has_runs, needs_scores=True),
-    Figure("forest", forest, has_differences),
-    Figure("shift_curves", shift_plots.shift_curves, has_shift),
-    Figure("shift_table", shift_plots.shift_heatmaps, has_shift),
+    Figure("comparison", run_plots.comparison, has_runs, needs_predictions=False),
+    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets),
+    Figure("roc_curves", run_plots.roc_curves, has_ood_sets),
+    Figure("reliability", run_plots.reliability, has_runs),
+    Figure("risk_coverage", run_plots.risk_coverage, has_selective),
+    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective),
+    Figure("top_uncertain", run_plots.top_uncertain, has_runs),
+    Figure("forest", forest, has_differences, needs_predictions=False),
+    Figure("shift_curves", shift_plots.shift_curves, has_shift, needs_predictions=False),
+    Figure("shift_table", shift_plots.shift_heatmaps, has_shift, needs_predictions=False),
 ]
 
 
@@ -99,7 +104,7 @@ def protocol_view(store: RunStore, group, differences: pd.DataFrame, tables: dic
     sets = scored_sets(finished, added=False)  # the protocol's own; the OOD suite has its own table
     title = group.label or (protocol_title(finished) if len(finished) else "")
     return ProtocolView(title, group.tag, with_primary(finished, sets),
-                        {rid: store.load_arrays(rid) for rid in finished["run_id"] if store.has_scores(rid)}, sets,
+                        {rid: store.load_arrays(rid) for rid in finished["run_id"] if store.has_predictions(rid)}, sets,
                         tuple(dataset_class(group.runs["id_dataset"].iloc[0]).classes), differences,
                         tables.get("shift_rows"), tables.get("shift_table_rows"))
 
@@ -110,12 +115,15 @@ def write_figures(out: Path, views: list[ProtocolView], echo: Callable[[str], No
     protocol's runs no longer all have (a folder copied without predictions/) is not drawn: the last
     report's file of it is kept, and ``echo`` gets a line naming those kept. Returns the files written."""
     sns.set_theme(style="whitegrid", context="notebook")
-    last = set(recorded(out).get(REPORT, []))
+    # a folder last reported before figures.json: that report removed <name>*.png of each figure
+    # before drawing (per-variant top_uncertain_<variant>.png among them), so this one does it once
+    unrecorded = [] if REPORT in recorded(out) else [p.name for f in FIGURES for p in out.glob(f"{f.name}*.png")]
+    last = set(recorded(out).get(REPORT, unrecorded))
     files, kept = [], []
     for view in views:
         for figure in FIGURES:
             path = out / f"{figure.name}{view.tag}.png"
-            if figure.needs_scores and not has_scores(view):
+            if figure.needs_predictions and not has_all_predictions(view):
                 if path.name in last and path.is_file():
                     kept.append(path)
             elif figure.applies(view):
@@ -125,9 +133,6 @@ def write_figures(out: Path, views: list[ProtocolView], echo: Callable[[str], No
     if kept:
         echo(f"kept {', '.join(p.name for p in kept)} as the last report drew them: they need the runs' cached "
              f"predictions, which {out / 'predictions'} lacks")
-    # a folder last reported before figures.json: that report removed <name>*.png of each figure
-    # before drawing (per-variant top_uncertain_<variant>.png among them), so this one does it once
-    unrecorded = [] if REPORT in recorded(out) else [p.name for f in FIGURES for p in out.glob(f"{f.name}*.png")]
     record_figures(out, REPORT, files + kept, unrecorded)
     return files
 

@@ -51,7 +51,7 @@ def pair(row: pd.DataFrame, reference: pd.DataFrame, metric: str, reference_metr
     mean, low, high = t_interval(d)
     if a.empty and b.empty:  # e.g. a metric computed from cached predictions that the folder lacks
         return {"n": 0, "mean": mean, "low": low, "high": high, "real": False,
-                "note": "no run of either row has a value of this metric"}
+                "note": f"no run of either row has a value of {metric}"}
     only_a, only_b = sorted(set(a.index) - set(b.index)), sorted(set(b.index) - set(a.index))
     note = "; ".join(part for part in (
         f"seeds {_list(only_a)} without a finished reference run with this value" if only_a else "",
