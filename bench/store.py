@@ -129,7 +129,7 @@ class RunStore:
         self.ensure()
         run_id = record["run_id"]
         record["schema"] = RECORD_SCHEMA
-        if arrays is not None:  # scores first: a record never points at missing scores
+        if arrays is not None:  # scores first: a record written with its scores never points at missing ones
             _atomic_write(self.predictions / f"{run_id}.npz", lambda f: np.savez_compressed(f, **arrays))
         blob = json.dumps(record, indent=1).encode()
         _atomic_write(self.record_path(run_id), lambda f: f.write(blob))
@@ -142,10 +142,11 @@ class RunStore:
         folder.mkdir(parents=True, exist_ok=True)
         _atomic_write(folder / f"{run_id}.pt", lambda f: torch.save(state, f))
 
-    def load(self, run_id: str, scores: bool = True) -> dict:
-        """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason). ``scores``:
-        a finished run's cached predictions must be there too (a grid reuses only a run it can report
-        in full); without, a record whose predictions are absent is read for its metrics alone."""
+    def load(self, run_id: str) -> dict:
+        """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason). A finished
+        run's cached predictions, where present, must be readable; where absent (a folder copied
+        without predictions/: a crash cannot leave a record without them) the record stands for its
+        metrics alone (``without_predictions``)."""
         path = self.record_path(run_id)
         text = path.read_text()
         try:
@@ -169,14 +170,14 @@ class RunStore:
             if not isinstance(record.get("id_acc"), (int, float)):
                 raise CorruptRecord("status ok but no metrics")
             cached = self.predictions / f"{run_id}.npz"
-            if cached.exists() or scores:
-                if not cached.is_file() or not zipfile.is_zipfile(cached):
-                    raise CorruptRecord(f"its scores {cached} are missing or unreadable")
+            if cached.exists() and (not cached.is_file() or not zipfile.is_zipfile(cached)):
+                raise CorruptRecord(f"its scores {cached} are unreadable")
         return record
 
     def check(self, run_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
         """({run id: its complete record, for a grid to reuse}, one line per record it will not reuse:
-        a corrupt one, or a run that ended in error, which runs again)."""
+        a corrupt one, or a run that ended in error, which runs again; and one line for the finished
+        runs it reuses without their cached predictions)."""
         finished, problems = {}, []
         for run_id in run_ids:
             try:
@@ -194,6 +195,11 @@ class RunStore:
                                 f"{record['failed_candidates']} failed candidate runs last time; it is walked again")
             else:
                 finished[run_id] = record
+        missing = self.without_predictions(list(finished.values()))
+        if missing:
+            problems.append(f"{len(missing)} finished runs have no cached predictions in {self.predictions} (a "
+                            f"folder copied without them?): reused as they are, their tables from their records; "
+                            f"--force trains them again")
         return finished, problems
 
     def scan(self) -> tuple[list[dict], list[str]]:
@@ -203,7 +209,7 @@ class RunStore:
         records, problems = [], []
         for path in sorted(self.records.glob("*.json")):
             try:
-                records.append(self.load(path.stem, scores=False))
+                records.append(self.load(path.stem))
             except CorruptRecord as exc:
                 problems.append(f"record {path} is corrupt ({exc}){LEFT_OUT}")
         return records, problems

@@ -111,7 +111,7 @@ def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path,
     pd.testing.assert_frame_equal(metrics(out), long_reference)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "wrong_id", "no_scores", "bad_status"])
+@pytest.mark.parametrize("damage", ["garbage", "wrong_id", "bad_scores", "bad_status"])
 def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, reference_folder, reference, capsys):
     out = tmp_path / "out"
     shutil.copytree(reference_folder, out)  # the finished grid, as the same command leaves it
@@ -122,8 +122,8 @@ def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, re
         path.write_text(path.read_text()[:40])
     elif damage == "wrong_id":
         path.write_text(json.dumps({**record, "run_id": "somethingelse"}))
-    elif damage == "no_scores":
-        (out / "predictions" / f"{run_id}.npz").unlink()
+    elif damage == "bad_scores":
+        (out / "predictions" / f"{run_id}.npz").write_bytes(b"not a zip")
     else:
         path.write_text(json.dumps({**record, "status": "running"}))
     capsys.readouterr()
@@ -132,6 +132,24 @@ def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, re
     assert f"warning: record {path} is corrupt" in captured.out + captured.err
     assert "5 of 6 runs already finished" in captured.out
     pd.testing.assert_frame_equal(metrics(out), reference)  # redone, identical
+
+
+def test_a_grid_reuses_runs_copied_without_their_predictions_and_force_trains_them_again(tiny_data, tmp_path,
+                                                                                        reference_folder, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(reference_folder, out, ignore=shutil.ignore_patterns("predictions"))
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
+    capsys.readouterr()
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: 6 finished runs have no cached predictions in {out / 'predictions'}" in captured.out
+    assert "6 of 6 runs already finished" in captured.out
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # nothing retrained
+    pd.testing.assert_frame_equal(metrics(out), metrics(reference_folder))
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", "--force", *GRID]) == 0
+    assert {p.name for p in (out / "predictions").glob("*.npz")} == {
+        p.name for p in (reference_folder / "predictions").glob("*.npz")}  # trained again: the same records
+    pd.testing.assert_frame_equal(metrics(out), metrics(reference_folder))
 
 
 def test_report_on_a_folder_copied_without_its_predictions_keeps_every_table(tmp_path, reference_folder, capsys):

@@ -118,6 +118,14 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
         assert (copy / name).read_bytes() == (out / name).read_bytes(), name
     pd.testing.assert_frame_equal(pd.read_csv(copy / "summary.csv"), pd.read_csv(out / "summary.csv"),
                                   rtol=1e-8)  # its selective columns from selective.csv's 10 digits
+    # a walk over candidates without predictions chooses again from their records, training nothing
+    selection = sorted((copy / "records").glob("sel-*.json"))[0]
+    chosen = json.loads(selection.read_text())["selected_run_id"]
+    selection.unlink()
+    trained.clear()
+    assert main([*args[:args.index("--out") + 1], str(copy), *args[args.index("--out") + 2:]]) == 0 and trained == []
+    assert json.loads(selection.read_text())["selected_run_id"] == chosen
+    assert not (copy / "predictions" / f"{selection.stem}.npz").exists()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -397,7 +397,8 @@ def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, l
             chosen = store.load(w.scores[w.best]["run_id"]) if w.best is not None else None
             record = w.record(chosen)
             record.update(**stamp(), worker=worker_name(), finished_at=now())  # what made this selection, when
-            store.add(record, store.load_arrays(chosen["run_id"]) if chosen else None)
+            has_arrays = chosen is not None and store.has_predictions(chosen["run_id"])  # (not in a copied folder)
+            store.add(record, store.load_arrays(chosen["run_id"]) if has_arrays else None)
             advance()
             if progress:
                 log(f"select {w.selection.method} seed {w.selection.seed}: " + "; ".join(
