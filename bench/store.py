@@ -176,8 +176,8 @@ class RunStore:
 
     def check(self, run_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
         """({run id: its complete record, for a grid to reuse}, one line per record it will not reuse:
-        a corrupt one, or a run that ended in error, which runs again; and one line for the finished
-        runs it reuses without their cached predictions)."""
+        a corrupt one, or a run that ended in error, which runs again). A finished run without its
+        cached predictions is reused (``without_predictions`` names them)."""
         finished, problems = {}, []
         for run_id in run_ids:
             try:
@@ -195,11 +195,6 @@ class RunStore:
                                 f"{record['failed_candidates']} failed candidate runs last time; it is walked again")
             else:
                 finished[run_id] = record
-        missing = self.without_predictions(list(finished.values()))
-        if missing:
-            problems.append(f"{len(missing)} finished runs have no cached predictions in {self.predictions} (a "
-                            f"folder copied without them?): reused as they are, their tables from their records; "
-                            f"--force trains them again")
         return finished, problems
 
     def scan(self) -> tuple[list[dict], list[str]]:
@@ -221,6 +216,11 @@ class RunStore:
     def without_predictions(self, records: list[dict]) -> list[str]:
         """The finished runs among ``records`` whose cached predictions are absent."""
         return [r["run_id"] for r in records if r["status"] == "ok" and not self.has_predictions(r["run_id"])]
+
+    def drop_predictions(self, run_id: str) -> None:
+        """Remove a run's cached predictions (a selection re-chosen from candidates without theirs:
+        the old file would be another candidate's)."""
+        (self.predictions / f"{run_id}.npz").unlink(missing_ok=True)
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
         with np.load(self.predictions / f"{run_id}.npz") as z:
@@ -262,7 +262,11 @@ class RunStore:
         predictions are absent keeps its rows of the folder's last selective.csv, if any."""
         runs = records_frame(records, self.candidates(records))
         selective = selective_table(runs, self.load_arrays)
-        carried = self._last_selective(set(self.without_predictions(records)), selective.columns)
+        by_id = {r["run_id"]: r for r in records}
+        # whose rows stand for a run without predictions: its own, or a selection's chosen run's
+        # (the selection's own rows may be of an earlier choice)
+        sources = {run_id: by_id[run_id].get("selected_run_id") or run_id for run_id in self.without_predictions(records)}
+        carried = self._last_selective(sources, runs, selective.columns)
         if len(carried):
             order = {run_id: i for i, run_id in enumerate(runs["run_id"])}
             parts = [part for part in (selective, carried) if len(part)]  # an empty part would make the metrics objects
@@ -270,11 +274,12 @@ class RunStore:
                          .sort_values("run_id", key=lambda ids: ids.map(order), kind="stable", ignore_index=True))
         return with_selective(runs, selective), selective
 
-    def _last_selective(self, run_ids: set[str], columns: pd.Index) -> pd.DataFrame:
-        """The rows of these runs in the folder's last selective.csv, in ``columns`` (a column it
-        lacks is empty); none when there is no such file or it cannot be read."""
+    def _last_selective(self, sources: dict[str, str], runs: pd.DataFrame, columns: pd.Index) -> pd.DataFrame:
+        """For each run id of ``sources``, the rows of its source run (``sources[run_id]``) in the
+        folder's last selective.csv, labelled as the run's own (``runs``), in ``columns`` (a column
+        the file lacks is empty); none when there is no such file or it cannot be read."""
         path = self.out / "selective.csv"
-        if not run_ids or not path.is_file():
+        if not sources or not path.is_file():
             return pd.DataFrame(columns=columns)
         try:
             last = pd.read_csv(path, dtype={"run_id": str, "score": str})
@@ -282,8 +287,12 @@ class RunStore:
             return pd.DataFrame(columns=columns)
         if not {"run_id", "score"} <= set(last.columns):
             return pd.DataFrame(columns=columns)
-        return last[last["run_id"].isin(run_ids)].reindex(columns=columns).astype(
-            {c: float for c in columns if c in METRIC_NAMES})
+        rows = last[last["run_id"].isin(set(sources.values()))].reindex(columns=columns)
+        labels = runs.set_index("run_id")
+        parts = [rows[rows["run_id"] == source].assign(
+                     run_id=run_id, **{c: labels.at[run_id, c] for c in ("method", "variant", "seed") if c in columns})
+                 for run_id, source in sources.items()]
+        return pd.concat(parts, ignore_index=True).astype({c: float for c in columns if c in METRIC_NAMES})
 
     def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
         """runs.csv, summary.csv, ood.csv (the OOD metrics in long form), selective.csv (the
@@ -303,7 +312,7 @@ class RunStore:
         if missing:
             finished = sum(r["status"] == "ok" for r in records)
             carried = len(set(missing) & set(selective["run_id"]))
-            problems.append(f"{len(missing)} of {finished} finished runs have no cached predictions in "
+            problems.append(f"{len(missing)} of {finished} finished run{'s' if finished != 1 else ''} have no cached predictions in "
                             f"{self.predictions} (a folder copied without them?): their metrics come from their "
                             f"records and, for {carried} of them, their selective-prediction metrics from the last "
                             f"selective.csv; no figure that needs predictions is redrawn with them, no bootstrap "

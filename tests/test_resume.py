@@ -135,21 +135,32 @@ def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, re
 
 
 def test_a_grid_reuses_runs_copied_without_their_predictions_and_force_trains_them_again(tiny_data, tmp_path,
-                                                                                        reference_folder, capsys):
+                                                                                        reference_folder, reference,
+                                                                                        capsys):
     out = tmp_path / "out"
     shutil.copytree(reference_folder, out, ignore=shutil.ignore_patterns("predictions"))
     stamps = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
     capsys.readouterr()
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID]) == 0
     captured = capsys.readouterr()
-    assert f"warning: 6 finished runs have no cached predictions in {out / 'predictions'}" in captured.out
+    assert f"warning: 6 of the grid's finished runs have no cached predictions in {out / 'predictions'}" in captured.out
     assert "6 of 6 runs already finished" in captured.out
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # nothing retrained
     pd.testing.assert_frame_equal(metrics(out), metrics(reference_folder))
-    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", "--force", *GRID]) == 0
-    assert {p.name for p in (out / "predictions").glob("*.npz")} == {
+    # a seed added: its two runs train, the six copied ones stay as they are, the tables hold all eight
+    more = GRID.copy()
+    more.insert(more.index("--seeds") + 4, "3")
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "-q", *more]) == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    assert len(list((out / "predictions").glob("*.npz"))) == 2 and len(pd.read_csv(out / "runs.csv")) == 8
+    assert set(pd.read_csv(out / "selective.csv")["run_id"]) == set(pd.read_csv(out / "runs.csv")["run_id"])
+    capsys.readouterr()
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--force", *GRID]) == 0
+    assert "reused as they are" not in capsys.readouterr().out
+    assert {p.name for p in (out / "predictions").glob("*.npz")} >= {
         p.name for p in (reference_folder / "predictions").glob("*.npz")}  # trained again: the same records
-    pd.testing.assert_frame_equal(metrics(out), metrics(reference_folder))
+    pd.testing.assert_frame_equal(metrics(out)[metrics(out)["run_id"].isin(reference["run_id"])].reset_index(drop=True),
+                                  metrics(reference_folder))
 
 
 def test_report_on_a_folder_copied_without_its_predictions_keeps_every_table(tmp_path, reference_folder, capsys):

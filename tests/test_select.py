@@ -122,10 +122,19 @@ def test_select_end_to_end_records_every_candidate_and_the_choice(tiny_data, tmp
     selection = sorted((copy / "records").glob("sel-*.json"))[0]
     chosen = json.loads(selection.read_text())["selected_run_id"]
     selection.unlink()
+    (copy / "selective.csv").write_text((copy / "selective.csv").read_text().replace(selection.stem, "gone"))
+    before = pd.read_csv(out / "runs.csv").set_index("run_id")
+    (copy / "predictions").mkdir(exist_ok=True)  # an older choice's predictions, which the new choice must not keep
+    shutil.copy(sorted((out / "predictions").glob("*.npz"))[0], copy / "predictions" / f"{selection.stem}.npz")
     trained.clear()
     assert main([*args[:args.index("--out") + 1], str(copy), *args[args.index("--out") + 2:]]) == 0 and trained == []
     assert json.loads(selection.read_text())["selected_run_id"] == chosen
     assert not (copy / "predictions" / f"{selection.stem}.npz").exists()
+    # its selective metrics: the chosen run's rows of the last selective.csv (its own were gone)
+    after = pd.read_csv(copy / "runs.csv").set_index("run_id")
+    scored = [c for c in before if c.startswith(("id_acc", "auroc_", "augrc_", "aurc_", "smece_"))]
+    assert any(c.startswith("augrc_") for c in scored)
+    pd.testing.assert_frame_equal(after.loc[before.index, scored], before[scored], rtol=1e-8)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -288,6 +288,11 @@ def _reusable(store: RunStore, items: list, force: bool, log) -> dict[str, dict]
     for problem in problems:
         log(f"warning: {problem}")
     if not force:
+        missing = store.without_predictions(list(finished.values()))
+        if missing:
+            log(f"warning: {len(missing)} of the grid's finished runs have no cached predictions in "
+                f"{store.predictions} (a folder copied without them?): reused as they are, their tables from their "
+                f"records; --force trains the grid again")
         older = other_versions(list(finished.values()))
         if older:
             log(f"note: reusing {sum(older.values())} finished runs written by another dare-bench version or commit ("
@@ -398,6 +403,8 @@ def _walk(walks: list, run: _Runner, store: RunStore, advance, progress: bool, l
             record = w.record(chosen)
             record.update(**stamp(), worker=worker_name(), finished_at=now())  # what made this selection, when
             has_arrays = chosen is not None and store.has_predictions(chosen["run_id"])  # (not in a copied folder)
+            if not has_arrays:
+                store.drop_predictions(record["run_id"])
             store.add(record, store.load_arrays(chosen["run_id"]) if has_arrays else None)
             advance()
             if progress:
