@@ -141,6 +141,9 @@ def test_a_grid_reuses_runs_copied_without_their_predictions_and_force_trains_th
     shutil.copytree(reference_folder, out, ignore=shutil.ignore_patterns("predictions"))
     stamps = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.json")}
     capsys.readouterr()
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--dry-run", *GRID]) == 0
+    dry = [line for line in capsys.readouterr().out.splitlines() if "  finished  " in line]
+    assert len(dry) == 6 and all(line.endswith("(no cached predictions: reused from its record)") for line in dry)
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID]) == 0
     captured = capsys.readouterr()
     assert f"warning: 6 of the grid's finished runs have no cached predictions in {out / 'predictions'}" in captured.out

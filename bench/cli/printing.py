@@ -24,7 +24,8 @@ def print_dry_run(plan: api.Plan, force: bool) -> None:
                 "selection": f"  (selection: up to {row['candidates']} candidate runs)"}[row["role"]]
         state = "finished" if row["finished"] else "to do"
         again = "  (error last time)" if row["retry"] else ""
-        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}{again}{claim_note(row)}")
+        bare = "  (no cached predictions: reused from its record)" if row["no_predictions"] else ""
+        print(f"{row['run_id']}  {state:<8}  {row['variant']} seed {row['seed']}{role}{again}{bare}{claim_note(row)}")
     if not len(table):
         print("0 runs in the grid")
         return

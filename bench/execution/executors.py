@@ -216,7 +216,8 @@ def with_references(configs: list[RunConfig]) -> tuple[list[RunConfig], list[Run
 def grid_status(items: list[GridItem], store: RunStore, force: bool = False,
                 claim_timeout: float = DEFAULT_TIMEOUT) -> list[dict]:
     """One row per run of the grid (references added, selections included): finished or to do,
-    ``retry`` (its record says it ended in error, or met a failed candidate) and, for a run to do,
+    ``retry`` (its record says it ended in error, or met a failed candidate), ``no_predictions`` (finished,
+    reused without its cached predictions) and, for a run to do,
     the worker that claims it (``claimed_by``, ``heartbeat_s``; ``stale``: why the grid will take it over)."""
     first, then = with_references(items)
     finished, _ = store.check([c.run_id for c in first + then])
@@ -229,6 +230,9 @@ def grid_status(items: list[GridItem], store: RunStore, force: bool = False,
         rows.append({"run_id": item.run_id, "variant": item.variant, "seed": item.seed, "role": role,
                      "candidates": len(item.runs()) if role == "selection" else 0, "finished": done,
                      "retry": item.run_id not in finished and store.record_path(item.run_id).is_file(),
+                     # a finished run reused without its cached predictions (a folder copied without them)
+                     "no_predictions": done and finished[item.run_id]["status"] == "ok"
+                     and not store.has_predictions(item.run_id),
                      "claimed_by": claim.worker if claim else "",
                      "heartbeat_s": claim.heartbeat_age if claim else float("nan"),
                      "stale": claim.why_stale(claim_timeout) if claim and claim.stale(claim_timeout) else ""})
