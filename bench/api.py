@@ -112,10 +112,8 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
 
 
 def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
-    """The grid's runs (references and selections included), finished or to do (``retry``: its
-    record says it ended in error, or met a failed candidate; ``no_predictions``: finished and reused
-    without its cached predictions), and who holds a claim on each
-    (``claimed_by``, ``heartbeat_s``, ``stale``: why the grid will take it over); trains nothing."""
+    """The grid's runs (references and selections included), finished or to do, and who claims
+    each: the columns of ``bench.execution.executors.grid_status``; trains nothing."""
     return pd.DataFrame(grid_status(p.configs, p.store, force, p.executor.claim_timeout))
 
 
