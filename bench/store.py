@@ -125,12 +125,15 @@ class RunStore:
     def record_path(self, run_id: str) -> Path:
         return self.records / f"{run_id}.json"
 
+    def predictions_path(self, run_id: str) -> Path:
+        return self.predictions / f"{run_id}.npz"
+
     def add(self, record: dict, arrays: dict[str, np.ndarray] | None) -> None:
         self.ensure()
         run_id = record["run_id"]
         record["schema"] = RECORD_SCHEMA
         if arrays is not None:  # scores first: a record written with its scores never points at missing ones
-            _atomic_write(self.predictions / f"{run_id}.npz", lambda f: np.savez_compressed(f, **arrays))
+            _atomic_write(self.predictions_path(run_id), lambda f: np.savez_compressed(f, **arrays))
         blob = json.dumps(record, indent=1).encode()
         _atomic_write(self.record_path(run_id), lambda f: f.write(blob))
 
@@ -169,7 +172,7 @@ class RunStore:
         if record["status"] == "ok":
             if not isinstance(record.get("id_acc"), (int, float)):
                 raise CorruptRecord("status ok but no metrics")
-            cached = self.predictions / f"{run_id}.npz"
+            cached = self.predictions_path(run_id)
             if cached.exists() and (not cached.is_file() or not zipfile.is_zipfile(cached)):
                 raise CorruptRecord(f"its scores {cached} are unreadable")
         return record
@@ -211,7 +214,7 @@ class RunStore:
 
     def has_predictions(self, run_id: str) -> bool:
         """Whether a run's cached predictions are in the store."""
-        return (self.predictions / f"{run_id}.npz").is_file()
+        return self.predictions_path(run_id).is_file()
 
     def without_predictions(self, records: list[dict]) -> list[str]:
         """The finished runs among ``records`` whose cached predictions are absent."""
@@ -220,10 +223,10 @@ class RunStore:
     def drop_predictions(self, run_id: str) -> None:
         """Remove a run's cached predictions (a selection re-chosen from candidates without theirs:
         the old file would be another candidate's)."""
-        (self.predictions / f"{run_id}.npz").unlink(missing_ok=True)
+        self.predictions_path(run_id).unlink(missing_ok=True)
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
-        with np.load(self.predictions / f"{run_id}.npz") as z:
+        with np.load(self.predictions_path(run_id)) as z:
             return dict(z)
 
     def add_selection(self, selection_id: str, candidate_ids: list[str]) -> None:
