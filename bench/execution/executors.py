@@ -221,6 +221,7 @@ def grid_status(items: list[GridItem], store: RunStore, force: bool = False,
     the worker that claims it (``claimed_by``, ``heartbeat_s``; ``stale``: why the grid will take it over)."""
     first, then = with_references(items)
     finished, _ = store.check([c.run_id for c in first + then])
+    bare = set(store.without_predictions(list(finished.values())))  # reused without their cached predictions
     claims = Claims(store.out, claim_timeout)
     rows = []
     for item in first + then:
@@ -230,9 +231,7 @@ def grid_status(items: list[GridItem], store: RunStore, force: bool = False,
         rows.append({"run_id": item.run_id, "variant": item.variant, "seed": item.seed, "role": role,
                      "candidates": len(item.runs()) if role == "selection" else 0, "finished": done,
                      "retry": item.run_id not in finished and store.record_path(item.run_id).is_file(),
-                     # a finished run reused without its cached predictions (a folder copied without them)
-                     "no_predictions": done and finished[item.run_id]["status"] == "ok"
-                     and not store.has_predictions(item.run_id),
+                     "no_predictions": done and item.run_id in bare,
                      "claimed_by": claim.worker if claim else "",
                      "heartbeat_s": claim.heartbeat_age if claim else float("nan"),
                      "stale": claim.why_stale(claim_timeout) if claim and claim.stale(claim_timeout) else ""})
