@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -111,7 +112,19 @@ def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path,
     pd.testing.assert_frame_equal(metrics(out), long_reference)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "wrong_id", "bad_scores", "bad_status"])
+def damage_a_member(path) -> None:
+    """Flip bytes inside the first member's data of a zip, leaving its directory intact: the file is
+    still a zip archive, and np.load opens it, but reading that member fails its CRC check."""
+    blob = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.infolist()[0]
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # past the local header
+    for i in range(start, start + min(32, info.compress_size)):
+        blob[i] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "wrong_id", "bad_scores", "damaged_scores", "bad_status"])
 def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, reference_folder, reference, capsys):
     out = tmp_path / "out"
     shutil.copytree(reference_folder, out)  # the finished grid, as the same command leaves it
@@ -124,6 +137,8 @@ def test_a_corrupt_record_is_reported_and_redone(damage, tiny_data, tmp_path, re
         path.write_text(json.dumps({**record, "run_id": "somethingelse"}))
     elif damage == "bad_scores":
         (out / "predictions" / f"{run_id}.npz").write_bytes(b"not a zip")
+    elif damage == "damaged_scores":
+        damage_a_member(out / "predictions" / f"{run_id}.npz")
     else:
         path.write_text(json.dumps({**record, "status": "running"}))
     capsys.readouterr()
@@ -164,6 +179,19 @@ def test_a_grid_reuses_runs_copied_without_their_predictions_and_force_trains_th
         p.name for p in (reference_folder / "predictions").glob("*.npz")}  # trained again: the same records
     pd.testing.assert_frame_equal(metrics(out)[metrics(out)["run_id"].isin(reference["run_id"])].reset_index(drop=True),
                                   metrics(reference_folder))
+
+
+def test_report_leaves_out_a_run_whose_predictions_have_a_damaged_member(tmp_path, reference_folder, reference,
+                                                                         capsys):
+    out = tmp_path / "out"
+    shutil.copytree(reference_folder, out)
+    run_id = reference["run_id"][0]
+    damage_a_member(out / "predictions" / f"{run_id}.npz")
+    capsys.readouterr()
+    assert main(["report", "--out", str(out), "--no-plots", "--bootstrap", "50"]) == 0  # no traceback mid-report
+    err = capsys.readouterr().err
+    assert f"record {out / 'records' / f'{run_id}.json'} is corrupt (its scores" in err and "left out" in err
+    assert set(pd.read_csv(out / "runs.csv")["run_id"]) == set(reference["run_id"]) - {run_id}
 
 
 def test_report_on_a_folder_copied_without_its_predictions_keeps_every_table(tmp_path, reference_folder, capsys):
