@@ -8,7 +8,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-VERSION = "0.6.2"  # the one place the version is written (pyproject.toml and bench.__version__ read it)
+VERSION = "0.6.3"  # the one place the version is written (pyproject.toml and bench.__version__ read it)
 VERSION_KEY, COMMIT_KEY = "harness_version", "harness_commit"
 CODE = ("bench", "methods", "run_all.py", "pyproject.toml")  # what a commit stamp vouches for
 

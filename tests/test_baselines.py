@@ -99,6 +99,31 @@ def test_rde_value_bandwidth_and_gradient_by_hand():
     assert one.tolist() == [1.0]
 
 
+def test_rde_hand_written_gradient_equals_autograd_of_the_definition():
+    # the definition spelled out with autograd: pairwise differences, no Gram trick, no custom backward
+    def by_definition(params):
+        theta = torch.cat([p.flatten(1) for p in params], dim=1)
+        d = (theta.unsqueeze(1) - theta.unsqueeze(0)).square().sum(dim=2)
+        gamma = math.log(theta.shape[0]) / d.detach().flatten().quantile(0.5)
+        k = torch.exp(-gamma * d).sum(dim=1)
+        return k / k.detach() / theta.shape[0]
+
+    generator = torch.Generator().manual_seed(0)
+    for members in (2, 3, 5):
+        shapes = [(members, 7, 4), (members, 4), (members, 4, 3)]
+        params = [(0.3 * torch.randn(*s, generator=generator, dtype=torch.float64) + 1.0).requires_grad_()
+                  for s in shapes]  # a common offset of 1: the Gram product is centred, the gradient is not
+        upstream = torch.rand(members, generator=generator, dtype=torch.float64)  # not all ones
+        mine, expected = repulsion(params), by_definition(params)
+        assert torch.allclose(mine, expected, rtol=0, atol=1e-15)
+        grads = torch.autograd.grad((mine * upstream).sum(), params)
+        reference = torch.autograd.grad((expected * upstream).sum(), params)
+        for g, r in zip(grads, reference):
+            assert torch.allclose(g, r, rtol=1e-10, atol=1e-13) and r.abs().max() > 1e-3
+    nan = torch.full((3, 2), float("nan"), requires_grad=True)
+    assert repulsion([nan]).isnan().all()  # a diverged run's term is not finite either
+
+
 PROTOCOL = make_protocol({"hidden": [16], "epochs": 2, "batch_size": 16, "early_stop_acc": None})
 
 
