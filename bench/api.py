@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pandas as pd
 import torch
 
-from bench import store as run_store
+from bench import tables as run_tables
 from bench.config import (N_CLASSES, Execution, available_presets, load_preset, make_execution, make_protocol,
                           make_run_config, protocol_help)
 from bench.data import ood_sets as ood_suite, shifts as shift_suite
@@ -44,7 +44,8 @@ from bench.provenance import stamp
 from bench.reporting import star_tables
 from bench.reporting.paper import load_published
 from bench.reporting.report import report_folder, report_paper_table, write_bootstrap
-from bench.store import RunStore, append_csv, config_columns, id_datasets, summarize, without_candidates
+from bench.store import RunStore, append_csv
+from bench.tables import config_columns, id_datasets, summarize, without_candidates
 from bench.training.perf import Work, matmul_peak_gflops, run_pack_perf, run_perf
 from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
 from methods.base import Method
@@ -360,7 +361,7 @@ def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:
     store = RunStore.existing(Path(out))
     records, _ = store.scan()
     runs, _ = store.runs_table(records)
-    table = run_store.shift_table(records, runs)
+    table = run_tables.shift_table(records, runs)
     return table if candidates else without_candidates(table)
 
 

@@ -344,7 +344,7 @@ def test_paper_table_puts_each_row_beside_its_published_row_in_units_of_the_publ
 
 
 def test_the_summary_counts_seeds_per_metric():
-    from bench.store import summarize
+    from bench.tables import summarize
     runs = pd.DataFrame({"method": ["a", "a", "a"], "seed": [0, 1, 2], "status": ["ok"] * 3,
                          "id_acc": [0.5, 0.6, 0.7], "auroc_pred_entropy_vs_x": [0.8, None, 0.9]})
     row = summarize(runs, ["method"]).iloc[0]
@@ -424,7 +424,7 @@ def test_each_skipped_ood_set_gets_one_note_in_the_paper_table():
 
 
 def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed(tmp_path):
-    from bench.store import summarize
+    from bench.tables import summarize
     rows = []
     for label, variant, score, accs, aurocs in [
             ("DE (NLL)", "de_ce", "pred_entropy", [0.89, 0.90, 0.88], [0.88, 0.87, 0.89]),

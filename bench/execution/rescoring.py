@@ -28,7 +28,8 @@ from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, o
 from bench.errors import BenchError, ConfigError, DataError
 from bench.evaluation.metrics import run_metrics, shift_metrics
 from bench.execution.runner import now, plot_arrays, predict_split, predict_splits
-from bench.store import CorruptRecord, RunStore, parse_skipped
+from bench.store import CorruptRecord, RunStore
+from bench.tables import parse_skipped
 from methods.base import ReferenceFailed
 
 WEIGHTS = "weights"

@@ -24,7 +24,8 @@ from bench.evaluation.catalog import ABLATION, shown_in  # noqa: E402
 from bench.evaluation.columns import PRIMARY, scored_sets, with_primary  # noqa: E402
 from bench.reporting.report import PROTOCOL_COLUMNS, protocol_groups  # noqa: E402
 from bench.reporting.figures import record_figures  # noqa: E402
-from bench.store import without_candidates, write_csv  # noqa: E402
+from bench.store import write_csv  # noqa: E402
+from bench.tables import without_candidates  # noqa: E402
 
 NOT_OPTIONS = {"run_id", "method", "label", "variant", "preset", "ood_split", "primary_score", "seed",
                *PROTOCOL_COLUMNS}

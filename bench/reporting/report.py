@@ -15,7 +15,8 @@ from bench.config import Protocol, available_presets, load_preset, make_protocol
 from bench.errors import BenchError
 from bench.evaluation.catalog import PAIRED, SUMMARY, shown_in
 from bench.evaluation.columns import scored_sets
-from bench.store import RunStore, parse_skipped, sorted_runs, summarize, without_candidates, write_csv
+from bench.store import RunStore, write_csv
+from bench.tables import parse_skipped, sorted_runs, summarize, without_candidates
 from bench.reporting.formatting import format_difference, mean_std
 from bench.reporting import shift_tables
 from bench.reporting.paired import paired_table, bootstrap_table, paired_metric

@@ -13,7 +13,8 @@ import seaborn as sns
 from bench.data import ood_sets, shifts
 from bench.data.files import load_images
 from bench.reporting.plotting import ProtocolView, palette
-from bench.store import RunStore, id_datasets
+from bench.store import RunStore
+from bench.tables import id_datasets
 from bench.data.shifts import SHIFTS
 from bench.evaluation.catalog import SHIFT_CURVES, clean_columns, shown_in
 
