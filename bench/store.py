@@ -96,7 +96,8 @@ _READABLE: set[tuple] = set()  # (path, size, mtime, inode) of the archives that
 def _readable_zip(path: Path) -> bool:
     """Whether ``path`` is a zip archive whose every member passes its CRC check. np.load opens an
     archive with a damaged member and fails only when that member is read, in the middle of a report,
-    so the members are checked here (about 7 ms for a 1 MB paper-protocol file)."""
+    so the members are checked here (about 7 ms for a 1 MB paper-protocol file). A file that passed is
+    not read again in this process while its size, mtime and inode stay the same."""
     try:
         stat = path.stat()
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
@@ -158,11 +159,12 @@ class RunStore:
         folder.mkdir(parents=True, exist_ok=True)
         _atomic_write(folder / f"{run_id}.pt", lambda f: torch.save(state, f))
 
-    def load(self, run_id: str) -> dict:
+    def load(self, run_id: str, scores: bool = True) -> dict:
         """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason). A finished
-        run's cached predictions, where present, must be readable; where absent (a folder copied
-        without predictions/: a crash cannot leave a record without them) the record stands for its
-        metrics alone (``without_predictions``)."""
+        run's cached predictions, where present, must be readable (``scores=False``: not looked at,
+        for ``bench evaluate``, which writes them again); where absent (a folder copied without
+        predictions/: a crash cannot leave a record without them) the record stands for its metrics
+        alone (``without_predictions``)."""
         path = self.record_path(run_id)
         text = path.read_text()
         try:
@@ -186,7 +188,7 @@ class RunStore:
             if not isinstance(record.get("id_acc"), (int, float)):
                 raise CorruptRecord("status ok but no metrics")
             cached = self.predictions_path(run_id)
-            if cached.exists() and not _readable_zip(cached):
+            if scores and cached.exists() and not _readable_zip(cached):
                 raise CorruptRecord(f"its scores {cached} are unreadable")
         return record
 
@@ -213,14 +215,14 @@ class RunStore:
                 finished[run_id] = record
         return finished, problems
 
-    def scan(self) -> tuple[list[dict], list[str]]:
+    def scan(self, scores: bool = True) -> tuple[list[dict], list[str]]:
         """Every complete record in the store, and one problem line per corrupt one. A finished run
         whose cached predictions are absent (e.g. a folder copied without predictions/) is read for
-        the metrics its record holds (``without_predictions``)."""
+        the metrics its record holds (``without_predictions``); ``scores``: as ``load``'s."""
         records, problems = [], []
         for path in sorted(self.records.glob("*.json")):
             try:
-                records.append(self.load(path.stem))
+                records.append(self.load(path.stem, scores))
             except CorruptRecord as exc:
                 problems.append(f"record {path} is corrupt ({exc}){LEFT_OUT}")
         return records, problems

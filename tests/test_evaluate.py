@@ -100,6 +100,26 @@ def test_a_run_without_weights_is_named_in_one_line(stored, tiny_data, tmp_path,
     assert "evaluation" not in json.loads((out / "records" / f"{dare['run_id']}.json").read_text())
 
 
+def test_evaluate_writes_damaged_scores_again_and_names_a_corrupt_record(stored, tiny_data, tmp_path, capsys):
+    from test_resume import damage_a_member
+    out = tmp_path / "out"
+    shutil.copytree(stored, out)
+    runs = pd.read_csv(out / "runs.csv")
+    damaged, broken = runs[runs["method"] == "dare"]["run_id"].iloc[:2]
+    scores = out / "predictions" / f"{damaged}.npz"
+    before = scores.read_bytes()
+    damage_a_member(scores)
+    (out / "records" / f"{broken}.json").write_text("{")
+    capsys.readouterr()
+    assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots",
+                 "--ood-sets", "none", "--shifts", "none"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: record")]
+    assert lines == [f"warning: record {out / 'records' / f'{broken}.json'} is corrupt (not valid JSON (a partial "
+                     "write?)); not scored"]
+    assert json.loads((out / "records" / f"{damaged}.json").read_text())["evaluation"]["reproduced_stored_metrics"]
+    assert scores.read_bytes() == before  # the same scores, written again whole
+
+
 def test_evaluate_without_any_weights_is_one_line_and_exit_2(stored, tmp_path, tiny_data, capsys):
     out = tmp_path / "out"
     shutil.copytree(stored, out, ignore=shutil.ignore_patterns("weights"))

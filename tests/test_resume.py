@@ -5,11 +5,13 @@ import os
 import shutil
 import signal
 import subprocess
+import struct
 import sys
 import time
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from idx import write_both
@@ -17,6 +19,7 @@ from idx import write_both
 from bench.cli.main import main
 from bench.data.files import check_dataset_files
 from bench.errors import DataError
+from bench.store import RunStore, _readable_zip
 
 
 def grid(epochs: int) -> list[str]:
@@ -113,15 +116,36 @@ def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path,
 
 
 def damage_a_member(path) -> None:
-    """Flip bytes inside the first member's data of a zip, leaving its directory intact: the file is
-    still a zip archive, and np.load opens it, but reading that member fails its CRC check."""
+    """Flip bytes inside the first member's data of a zip, leaving its directories intact: the file is
+    still a zip archive, and np.load opens it, but reading that member fails (a CRC mismatch where
+    the member is stored, a broken deflate stream or a CRC mismatch where it is compressed)."""
     blob = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as z:
         info = z.infolist()[0]
-    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # past the local header
-    for i in range(start, start + min(32, info.compress_size)):
+    # the local header's own name and extra lengths (numpy's zip64 extra is in the local header only)
+    name_length, extra_length = struct.unpack("<HH", blob[info.header_offset + 26:info.header_offset + 30])
+    start = info.header_offset + 30 + name_length + extra_length
+    for i in range(start + info.compress_size // 2, start + info.compress_size // 2 + 8):
         blob[i] ^= 0xFF
     path.write_bytes(bytes(blob))
+
+
+def test_the_store_reads_every_member_of_a_scores_file(tmp_path):
+    # a stored (uncompressed) member: only its CRC tells that a data byte changed
+    store = RunStore(tmp_path / "out")
+    store.add({"run_id": "r"}, {"scores": np.arange(64, dtype=np.float32)})
+    plain = store.predictions_path("r")
+    with zipfile.ZipFile(plain, "w") as z:  # rewritten uncompressed, as np.savez writes
+        z.writestr("scores.npy", b"\x93NUMPY" + bytes(200))
+    assert _readable_zip(plain)
+    damage_a_member(plain)
+    with zipfile.ZipFile(plain) as z:
+        assert z.testzip() == "scores.npy"  # the CRC check is what finds it
+    assert not _readable_zip(plain)
+    compressed = tmp_path / "compressed.npz"
+    np.savez_compressed(compressed, scores=np.arange(4096, dtype=np.float32))
+    damage_a_member(compressed)
+    assert zipfile.is_zipfile(compressed) and not _readable_zip(compressed)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "wrong_id", "bad_scores", "damaged_scores", "bad_status"])

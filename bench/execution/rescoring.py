@@ -28,7 +28,7 @@ from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, o
 from bench.errors import BenchError, ConfigError, DataError
 from bench.evaluation.metrics import run_metrics, shift_metrics
 from bench.execution.runner import now, plot_arrays, predict_split, predict_splits
-from bench.store import CorruptRecord, RunStore
+from bench.store import LEFT_OUT, CorruptRecord, RunStore
 from bench.tables import parse_skipped
 from methods.base import ReferenceFailed
 
@@ -71,10 +71,12 @@ def parse_ood_sets(text: str | None, id_datasets: list[str]) -> list[str]:
     return list(dict.fromkeys(n for p in parts for n in (suite if p == "suite" else [p])))
 
 
-def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredRun], list[str]]:
-    """The finished runs of a folder that have weights, and one name per run that has none.
-    Selection candidates are scored only where a selection chose them (``candidates``: all)."""
-    records, _ = store.scan()
+def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredRun], list[str], list[str]]:
+    """The finished runs of a folder that have weights, one name per run that has none, and one
+    problem line per corrupt record. Selection candidates are scored only where a selection chose
+    them (``candidates``: all). A run whose cached predictions are damaged is scored: scoring
+    writes them again."""
+    records, problems = store.scan(scores=False)
     by_id = {r["run_id"]: r for r in records}
     candidate_of = store.candidates(records)
     runs: dict[str, StoredRun] = {}
@@ -92,7 +94,7 @@ def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredR
         run = runs.setdefault(source["run_id"], StoredRun(source, [source]))
         if record is not source:
             run.targets.append(record)
-    return list(runs.values()), missing
+    return list(runs.values()), missing, problems
 
 
 def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, device) -> None:
@@ -195,7 +197,9 @@ def _loaded_runs(context: Rescoring, out: Path, candidates: bool, echo) -> tuple
     """The folder's runs to score, loaded, and one line per run that cannot be (no weights, or
     weights or a config that cannot be used), each kind said in one line. BenchError when none can."""
     store = context.store
-    runs, missing = stored_runs(store, candidates)
+    runs, missing, problems = stored_runs(store, candidates)
+    for problem in problems:
+        echo(f"warning: {problem.removesuffix(LEFT_OUT)}; not scored")
     if missing:
         echo(_named(missing, f"have no stored weights ({store.out / WEIGHTS}/<run_id>.pt; train them with "
                              "--save-weights) and are not scored"))
