@@ -120,8 +120,28 @@ def test_rde_hand_written_gradient_equals_autograd_of_the_definition():
         reference = torch.autograd.grad((expected * upstream).sum(), params)
         for g, r in zip(grads, reference):
             assert torch.allclose(g, r, rtol=1e-10, atol=1e-13) and r.abs().max() > 1e-3
-    nan = torch.full((3, 2), float("nan"), requires_grad=True)
-    assert repulsion([nan]).isnan().all()  # a diverged run's term is not finite either
+    # a pack: 2 runs of 3 members, each its own term; the second run's parameters are not finite
+    first = [torch.randn(3, *s[1:], generator=generator, dtype=torch.float64) for s in shapes]
+    second = [torch.full_like(p, float("nan")) for p in first]
+    packed = [torch.cat([a, b]).requires_grad_() for a, b in zip(first, second)]
+    upstream = torch.rand(6, generator=generator, dtype=torch.float64)
+    shares = repulsion(packed, runs=2)
+    grads = torch.autograd.grad((shares * upstream).sum(), packed)
+    alone = [p.clone().requires_grad_() for p in first]
+    reference = torch.autograd.grad((by_definition(alone) * upstream[:3]).sum(), alone)
+    assert torch.allclose(shares[:3], by_definition(alone)) and shares[3:].isnan().all()
+    for g, r in zip(grads, reference):
+        assert torch.allclose(g[:3], r, rtol=1e-10, atol=1e-13) and g[3:].isnan().all()
+    with pytest.raises(ValueError, match="do not split"):
+        repulsion([torch.zeros(5, 2)], runs=2)
+    # float32, members close together (spread 5e-4 around a common 0.1): as precise as the definition
+    common = [0.1 * torch.randn(1, *s[1:], generator=generator) for s in [(5, 64, 32), (5, 32)]]
+    close = [(c + 5e-4 * torch.randn(5, *c.shape[1:], generator=generator)).requires_grad_() for c in common]
+    exact = [p.detach().double().requires_grad_() for p in close]
+    got = torch.autograd.grad(repulsion(close).sum(), close)
+    want = torch.autograd.grad(by_definition(exact).sum(), exact)
+    scale = max(w.abs().max() for w in want)
+    assert max((g.double() - w).abs().max() for g, w in zip(got, want)) < 2e-6 * scale
 
 
 PROTOCOL = make_protocol({"hidden": [16], "epochs": 2, "batch_size": 16, "early_stop_acc": None})

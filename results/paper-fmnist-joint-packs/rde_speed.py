@@ -1,7 +1,7 @@
 """RDE's repulsion with its gradient written out (dare-bench 0.6.3, methods/rde.py) against the autograd form it
 replaced (below, as it was): 5 RDE runs of 5 members (seeds 0-4) as one pack, on the paper MLP (784-100-100-100-10,
 batch 128, glorot init), one epoch of 24,000 random rows, no early stop, in this process; three rounds, the order
-alternating; then once the autograd form with each run's parameters concatenated in reverse order, a control:
+alternating, after an untimed warm-up of each; then once the autograd form with each run's parameters concatenated in reverse order, a control:
 it changes only the order of the sums. max_weight_difference_vs_autograd: the largest difference of any weight after
 the epoch from the autograd form's (0 for the autograd form itself: a re-run is bitwise the same). Writes CSV to
 stdout."""
@@ -56,6 +56,8 @@ def train_once(penalty):
 
 
 FORMS = {"written_out": RDE.penalty, "autograd": autograd_penalty, "autograd_reversed_control": reversed_penalty}
+for form in ("written_out", "autograd"):  # a warm-up of each, untimed: the first pack of a process pays its set-up
+    train_once(FORMS[form])
 print("form,round,seconds,network_epochs_per_s,max_weight_difference_vs_autograd")
 rows, autograd_weights = [], None
 for rnd in range(3):
