@@ -28,6 +28,11 @@ def test_anchor_distance_by_hand():
     anchors = [torch.zeros_like(w), torch.ones_like(b)]
     # member 0: weights mean((1, 4)) = 2.5, bias 0 -> 1.25; member 1: weights 0, bias 4 -> 2
     assert anchor_distance([w, b], anchors).tolist() == pytest.approx([1.25, 2.0])
+    w.requires_grad_(), b.requires_grad_()
+    anchor_distance([w, b], anchors).sum().backward()
+    # d/dtheta of (1/T) mean_t mean((theta - a)^2) = (1/T) * 2 (theta - a) / numel_t, T = 2 tensors;
+    # member 1's weights sit on their anchors: a zero norm, whose gradient is 0, not nan
+    assert w.grad.tolist() == [[[0.5, 1.0]], [[0.0, 0.0]]] and b.grad.tolist() == [[0.0], [2.0]]
 
 
 def test_anchors_are_per_member_reproducible_and_scaled_by_sigma():
