@@ -293,7 +293,7 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     report). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
     names = shift_suite.parse_shifts(shifts)
     store = RunStore.existing(Path(out))
-    records, _ = store.scan()
+    records, _ = store.scan(scores=False)  # a run whose scores are damaged is scored, so its dataset counts
     ood = parse_ood_sets(ood_sets, id_datasets(records))
     make_execution({"device": device}).torch_device()  # one line if cuda is asked for and absent
     data = resolve_data_dir(data_dir)

@@ -21,9 +21,9 @@ POSITIVE = dict(parse=parse_float, check=lambda v: 0 <= v < float("inf"), allowe
 
 def anchor_distance(params: list[torch.Tensor], anchors: list[torch.Tensor]) -> torch.Tensor:
     """R per member: mean over tensors of the mean of (theta - anchor)^2, params stacked (M, ...).
-    A squared norm, not a mean of squares: its backward is one product over the parameters where the
-    squares' took three passes, and a pack of 5 AnchorNet runs trains 1.18x faster on the CPU
-    (results/paper-fmnist-joint-packs/anchor_speed.csv)."""
+    A squared norm, not a mean of squares: fewer passes over the parameters (two forward where the
+    squares made three, three backward where they made about four), and a pack of 5 AnchorNet runs
+    trains 1.18x faster on the CPU (results/paper-fmnist-joint-packs/anchor_speed.csv)."""
     return torch.stack([torch.linalg.vector_norm(p - a, dim=tuple(range(1, p.dim()))).square() / p[0].numel()
                         for p, a in zip(params, anchors)]).mean(dim=0)
 

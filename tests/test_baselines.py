@@ -117,7 +117,7 @@ def test_rde_hand_written_gradient_equals_autograd_of_the_definition():
     for members in (2, 3, 5):
         shapes = [(members, 7, 4), (members, 4), (members, 4, 3)]
         params = [(0.3 * torch.randn(*s, generator=generator, dtype=torch.float64) + 1.0).requires_grad_()
-                  for s in shapes]  # a common offset of 1: the Gram product is centred, the gradient is not
+                  for s in shapes]  # a common offset of 1, which both directions centre away
         upstream = torch.rand(members, generator=generator, dtype=torch.float64)  # not all ones
         mine, expected = repulsion(params), by_definition(params)
         assert torch.allclose(mine, expected, rtol=0, atol=1e-15)

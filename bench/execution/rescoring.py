@@ -113,7 +113,7 @@ def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, de
     references = {}
     for role, ref in config.references().items():
         try:
-            references[role] = store.load(ref.run_id)
+            references[role] = store.load(ref.run_id, scores=False)  # its metrics bind the method, not its scores
         except (FileNotFoundError, CorruptRecord):
             pass
     try:
