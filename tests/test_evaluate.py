@@ -107,7 +107,9 @@ def test_evaluate_writes_damaged_scores_again_and_names_a_corrupt_record(stored,
     out = tmp_path / "out"
     shutil.copytree(stored, out)
     runs = pd.read_csv(out / "runs.csv")
-    damaged, broken = runs[runs["method"] == "dare"]["run_id"].iloc[:2]
+    damaged = runs[runs["method"] == "dare"]["run_id"].iloc[0]
+    selection = _records(out)[runs[runs["selected"].notna()]["run_id"].iloc[0]]
+    broken = selection["selected_run_id"]  # the candidate a selection chose
     scores = out / "predictions" / f"{damaged}.npz"
     before = scores.read_bytes()
     for path in (out / "predictions").glob("*.npz"):  # every one: the folder's datasets still count
@@ -116,9 +118,12 @@ def test_evaluate_writes_damaged_scores_again_and_names_a_corrupt_record(stored,
     capsys.readouterr()
     assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots",
                  "--ood-sets", "suite", "--shifts", "none"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: record")]
-    assert lines == [f"warning: record {out / 'records' / f'{broken}.json'} is corrupt (not valid JSON (a partial "
-                     "write?)); not scored"]
+    printed = capsys.readouterr().out
+    assert [line for line in printed.splitlines() if line.startswith("warning:")] == [
+        f"warning: record {out / 'records' / f'{broken}.json'} is corrupt (not valid JSON (a partial write?)); not scored",
+        f"warning: {selection['variant']} seed {selection['seed']}: its chosen candidate has no readable record; "
+        "not scored"]
+    assert "no stored weights" not in printed  # the selection has weights: its candidate's record is what is wrong
     record = json.loads((out / "records" / f"{damaged}.json").read_text())
     assert record["evaluation"]["reproduced_stored_metrics"] and "auroc_pred_entropy_vs_inverted" in record
     with np.load(scores) as rewritten, np.load(io.BytesIO(before)) as original:

@@ -86,7 +86,7 @@ def stored_runs(store: RunStore, candidates: bool = False) -> tuple[list[StoredR
             continue
         source = by_id.get(record.get("selected_run_id", record["run_id"]))
         if source is None:
-            missing.append(f"{record['variant']} seed {record['seed']} (its chosen candidate has no record)")
+            problems.append(f"{record['variant']} seed {record['seed']}: its chosen candidate has no readable record")
             continue
         if not (store.out / WEIGHTS / f"{source['run_id']}.pt").is_file():
             missing.append(f"{record['variant']} seed {record['seed']}")
