@@ -29,10 +29,11 @@ def repulsion(params: list[torch.Tensor], runs: int = 1) -> torch.Tensor:
 
 class _Repulsion(torch.autograd.Function):
     """The term with its gradient written out: forward, a Gram product and a sum of squares per
-    parameter tensor; backward, one (M, M) x (M, P) product per tensor on the centred parameters,
-    written straight into the gradient. Autograd of the same formula went through a concatenation of all parameters, the
-    centring, squares, three products and the per-run splits' concatenations: a pack of 5 RDE runs
-    trains 1.2-1.4x faster on the CPU written out (results/paper-fmnist-joint-packs/rde_speed.csv).
+    parameter tensor; backward, one (M, M) x (M, P) product per tensor on the parameters the forward
+    centred, written straight into the gradient. Autograd of the same formula went through a
+    concatenation of all parameters, the centring, squares, three products and the per-run splits'
+    concatenations: a pack of 5 RDE runs trains 1.4x faster on the CPU written out
+    (results/paper-fmnist-joint-packs/rde_speed.csv).
 
     With W_mj = g_m (-2 gamma) e_mj / (M k_m), e = exp(-gamma d) and g the incoming gradient, the
     gradient of sum_m g_m k_m / stopgrad(k_m) / M with respect to theta_a is
@@ -44,7 +45,7 @@ class _Repulsion(torch.autograd.Function):
         members = params[0].shape[0] // runs
         if any(p.shape[0] != runs * members for p in params):  # shapes only: no host sync
             raise ValueError(f"repulsion: {runs} runs do not split parameters of {params[0].shape[0]} members evenly")
-        grams, squares = [], []
+        grams, squares, centred_parts = [], [], []
         for r in range(runs):
             # ||a - b||^2 = |a|^2 + |b|^2 - 2 a.b from one (M, M) Gram product per parameter tensor
             # (no (M, M, P) tensor, no concatenation); centring first keeps the cancellation small
@@ -57,6 +58,7 @@ class _Repulsion(torch.autograd.Function):
                 sq = sq + c.square().sum(dim=1)
             grams.append(gram)
             squares.append(sq)
+            centred_parts += centred  # run r's, tensor by tensor: the backward's products take them
         gram, sq = torch.stack(grams), torch.stack(squares)                   # (R, M, M), (R, M)
         d = (sq.unsqueeze(2) + sq.unsqueeze(1) - 2 * gram).clamp_min(0)
         d = d.masked_fill(torch.eye(members, dtype=torch.bool, device=d.device), 0.0)  # d_ii = 0 exactly
@@ -67,25 +69,26 @@ class _Repulsion(torch.autograd.Function):
                             torch.zeros((), dtype=d.dtype, device=d.device))
         e = torch.exp(-gamma.view(runs, 1, 1) * d)
         k = e.sum(dim=2)                                                     # (R, M)
-        ctx.save_for_backward(e, k, gamma, *params)
+        ctx.save_for_backward(e, k, gamma, *centred_parts)
+        ctx.shapes = [p.shape for p in params]
         return (k / k / members).flatten()  # 1/M each; nan where the parameters are, as k / stopgrad(k)
 
     @staticmethod
     @once_differentiable  # no double backward: the gradient is computed, not traced
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        e, k, gamma, *params = ctx.saved_tensors
+        e, k, gamma, *centred = ctx.saved_tensors
         runs, members = k.shape
         w = (grad.view(runs, members) * (-2 / members) / k).unsqueeze(2) * gamma.view(runs, 1, 1) * e  # W_mj
         s = (w + w.transpose(1, 2)).masked_fill(torch.eye(members, dtype=torch.bool, device=w.device), 0.0)
         laplacian = torch.diag_embed(s.sum(dim=2)) - s
         grads = []
-        for p in params:
-            out = torch.empty(p.shape, dtype=p.dtype, device=p.device)  # contiguous: its views below are views
+        for t, shape in enumerate(ctx.shapes):
+            out = torch.empty(shape, dtype=e.dtype, device=e.device)  # contiguous: its views below are views
             for r in range(runs):
-                part = p[r * members:(r + 1) * members].flatten(1)
-                # L's rows sum to 0 only up to rounding: centred, members close together keep their precision
-                torch.mm(laplacian[r], part - part.mean(dim=0, keepdim=True),
-                         out=out.view(p.shape[0], -1)[r * members:(r + 1) * members])
+                # L's rows sum to 0 only up to rounding: on the forward's centred parameters, members close
+                # together keep their precision
+                torch.mm(laplacian[r], centred[r * len(ctx.shapes) + t],
+                         out=out.view(shape[0], -1)[r * members:(r + 1) * members])
             grads.append(out)
         return (None, *grads)
 
