@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bench.data import ood_sets
+from bench.data.files import DATASETS
+from bench.models.registry import ARCH_OPTIONS, ARCHITECTURES, ArchSpec
 from bench.errors import ConfigError
 from bench.options import (choice, describe, option, parse_bool, parse_int, parse_int_tuple, parse_optional_float,
                            parse_float, parse_str, parse_str_tuple, validate, without_implicit_defaults)
 from methods import Method, get_method
 
 PRESET_DIR = Path(__file__).with_name("presets")
-N_CLASSES = {"mnist": 10, "fashion_mnist": 10}  # of each in-distribution dataset
+N_CLASSES = {name: dataset.classes for name, dataset in DATASETS.items()}  # of each in-distribution dataset
 OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfall)
 SPLIT_FROM_RUN_SEED = "run"
 REFERENCE_METHOD = "deep_ensemble"  # every paired comparison and star design is against this method
@@ -51,9 +53,11 @@ class Protocol:
     split_seed: int | str = option(0, parse_split_seed, "an integer >= 0, or run (the run's seed)",
                                    check=lambda v: v == SPLIT_FROM_RUN_SEED or v >= 0,
                                    help="seed of the train/validation split; run: one split per run seed")
+    arch: str = choice("mlp", tuple(ARCHITECTURES), implicit=True,
+                       help="architecture of every network (bench.models.registry; `python -m bench list`)")
     hidden: tuple[int, ...] = option((256, 256), parse_int_tuple, "widths >= 1 such as 256-256",
                                      check=lambda v: len(v) >= 1 and all(w >= 1 for w in v),
-                                     help="hidden layer widths of the MLP")
+                                     help="hidden layer widths of the MLP (an option of arch=mlp only)")
     epochs: int = option(5, parse_int, "an integer >= 1", check=lambda v: v >= 1,
                          help="maximum training epochs")
     batch_size: int = option(256, parse_int, "an integer >= 1", check=lambda v: v >= 1,
@@ -80,7 +84,27 @@ class Protocol:
         ood_sets.check_names(values["ood_sets"], values["id_dataset"], what)
         if len(set(values["ood_sets"])) < len(values["ood_sets"]):
             raise ConfigError(f"{what}: ood_sets={','.join(values['ood_sets'])} names a set twice")
+        arch = ARCHITECTURES[values["arch"]]
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for name in ARCH_OPTIONS:
+            if name not in arch.options and values[name] != defaults[name]:
+                raise ConfigError(f"{what}: {name} is an option of another architecture; arch={arch.name} takes "
+                                  f"{', '.join(arch.options) or 'no options'}")
         return values
+
+    @property
+    def arch_spec(self) -> ArchSpec:
+        """The networks of a run: the architecture with its options, on the ID dataset's images."""
+        dataset = DATASETS[self.id_dataset]
+        options = tuple((name, getattr(self, name)) for name in ARCHITECTURES[self.arch].options)
+        return ArchSpec(self.arch, dataset.image_shape, dataset.classes, self.init, options)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The protocol's values as a run's config holds them: implicit values at their default left out
+        (ids made before they existed hold), and the options of architectures other than its own."""
+        own = set(ARCHITECTURES[self.arch].options)
+        values = without_implicit_defaults(Protocol, dataclasses.asdict(self))
+        return {k: v for k, v in values.items() if k in own or k not in ARCH_OPTIONS}
 
     @property
     def n_classes(self) -> int:
@@ -153,8 +177,9 @@ class RunConfig:
         return get_method(self.method)(**self.method_options)
 
     def to_dict(self) -> dict[str, Any]:
-        # implicit protocol values at their default (precision=fp32) are left out: ids made before they existed hold
-        protocol = without_implicit_defaults(Protocol, dataclasses.asdict(self.protocol))
+        # implicit protocol values at their default (precision=fp32, arch=mlp) are left out: ids made before they
+        # existed hold
+        protocol = self.protocol.as_dict()
         return {"method": self.method, "method_options": dict(self.method_options),
                 "protocol": protocol, "seed": self.seed, "preset": self.preset}
 
@@ -194,8 +219,9 @@ class RunConfig:
         method = self.make_method()
         # implicit values at their default (precision=fp32) are left out, as in the run id: a folder's
         # older records, which lack them, then group with newer ones (bench.reporting.report fills them in)
-        p = without_implicit_defaults(Protocol, dataclasses.asdict(self.protocol))
-        p["hidden"] = "-".join(map(str, self.protocol.hidden))
+        p = self.protocol.as_dict()
+        if "hidden" in p:
+            p["hidden"] = "-".join(map(str, self.protocol.hidden))
         p["ood_sets"] = " ".join(self.protocol.ood_sets)
         # "+ TS": a temperature-scaled row is never matched with a published row or taken as a reference
         label = method.label + (" + TS" if self.method_options.get("temperature") == "fit" else "")
@@ -206,6 +232,17 @@ class RunConfig:
 
 def make_protocol(values: dict[str, Any]) -> Protocol:
     return Protocol(**validate(Protocol, values, "protocol"))
+
+
+def overridden(preset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A preset's protocol values with the given overrides. An override of ``arch`` drops the preset's
+    values of options the new architecture does not take (``--arch lenet5`` on a preset with hidden
+    widths); options given beside it stay, and a wrong one is the usual one-line error."""
+    values = {**preset, **overrides}
+    if "arch" in overrides and str(overrides["arch"]).strip() in ARCHITECTURES:
+        own = ARCHITECTURES[str(overrides["arch"]).strip()].options
+        values = {k: v for k, v in values.items() if k in overrides or k in own or k not in ARCH_OPTIONS}
+    return values
 
 
 def make_run_config(method: str, method_options: dict[str, Any], protocol: Protocol, seed: Any,

@@ -2,9 +2,12 @@
 ``check_estimator``): run them on your own method with
 
     from bench.conformance import check_method
-    check_method(MyMethod)          # raises AssertionError naming the first broken rule
+    check_method(MyMethod)                  # raises AssertionError naming the first broken rule
+    check_method(MyMethod, arch="lenet5")   # on another architecture (bench.models.registry)
 
-The test suite runs them over every method in the registry, plugins included.
+The test suite runs them over every method in the registry, plugins included, on every
+architecture: a pair trains on tiny data and predicts valid probabilities, or the method refuses the
+architecture before training with one ConfigError line (``Method.check_protocol``).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import dataclasses
 import torch
 
 from bench.config import make_protocol
+from bench.models.registry import ARCHITECTURES
 from bench.data.loaders import Split
 from bench.evaluation.metrics import SHARED_SCORES
 from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
@@ -43,31 +47,26 @@ def toy_split(n: int = 96, features: int = 6, classes: int = 3, seed: int = 0, s
     return Split(x, y)
 
 
-def check_method(cls: type[Method], options: dict | None = None) -> Method:
-    """Assert the method API's contract on a tiny problem; returns the trained method instance."""
-    name = getattr(cls, "name", "")
-    assert isinstance(cls, type) and issubclass(cls, Method), f"{cls!r} is not a methods.Method subclass"
-    assert isinstance(name, str) and name.isidentifier(), f"{cls.__name__}: name {name!r} is not an identifier"
-    assert isinstance(cls.summary, str) and cls.summary.strip(), f"{name}: no one-line summary"
-    assert dataclasses.is_dataclass(cls), f"{name}: not a dataclass (decorate it with @dataclasses.dataclass(frozen=True))"
-    for opt, default, allowed, help_text in describe(cls):
-        assert allowed.strip(), f"{name}.{opt}: no 'allowed' text"
-        assert help_text.strip(), f"{name}.{opt}: no help text"
-    values = validate(cls, dict(options or {}), f"method {name}")  # the defaults must validate
-    method = cls(**values)
-    assert isinstance(method.label, str) and method.label, f"{name}: empty label"
-    assert method.n_networks >= 1, f"{name}: n_networks < 1"
+def check_method(cls: type[Method], options: dict | None = None, arch: str = "mlp") -> Method:
+    """Assert the method API's contract on a tiny problem, its networks of architecture ``arch``
+    (the MLP on 12 features, an image architecture on 28 x 28 images); returns the trained method
+    instance. A method that refuses the architecture raises its ConfigError (one line)."""
+    method = _declared(cls, options)
+    name = cls.name
 
-    protocol = make_protocol({"hidden": (8,), "epochs": 2, "batch_size": 16, "early_stop_acc": "none",
+    small = {"hidden": (8,)} if "hidden" in ARCHITECTURES[arch].options else {}
+    protocol = make_protocol({**small, "arch": arch, "epochs": 2, "batch_size": 16, "early_stop_acc": "none",
                               "val_size": 12})
-    train_split = toy_split(48, N_FEATURES, N_CLASSES, seed=0)
-    val = toy_split(12, N_FEATURES, N_CLASSES, seed=1)
+    method.check_protocol(protocol, f"method {name}")  # a refused architecture: its one-line ConfigError
+    features = N_FEATURES if ARCHITECTURES[arch].any_rows else protocol.arch_spec.in_features
+    train_split = toy_split(48, features, N_CLASSES, seed=0)
+    val = toy_split(12, features, N_CLASSES, seed=1)
     if method.references():  # e.g. DARE with delta: bind it to a made-up finished reference
         fake = {role: {"run_id": "reference", "status": "ok", "val_task_loss": 1.0} for role in method.references()}
         method, _ = method.bind(fake)
 
     # the penalty on one batch: None or a finite per-member tensor
-    model = method.build_model(0, list(range(method.n_networks)), N_FEATURES, protocol.hidden, N_CLASSES, "torch")
+    model = method.build_model(0, list(range(method.n_networks)), protocol.arch_spec.fitted(features, N_CLASSES))
     assert hasattr(model, "members"), f"{name}: build_model's module has no 'members' attribute"
     state = method.prepare(model, 0, list(range(method.n_networks)))
     members = model.members
@@ -87,7 +86,7 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
     # a tiny training run, then predictions: (samples, N, classes), each row a distribution
     result = train(method, protocol, train_split, N_CLASSES, seed=0, progress=False, val=val)
     assert len(result.epochs_run) == method.n_networks, f"{name}: epochs_run has one entry per network"
-    test = toy_split(20, N_FEATURES, N_CLASSES, seed=2)
+    test = toy_split(20, features, N_CLASSES, seed=2)
     fitted = method.post_fit(result.model, val.x, val.y,  # as the harness does, before any prediction
                              train=(train_split.x, train_split.y) if method.post_fit_uses_train else None)
     assert isinstance(fitted, dict), f"{name}: post_fit returned {type(fitted).__name__}, not a dict"
@@ -99,4 +98,22 @@ def check_method(cls: type[Method], options: dict | None = None) -> Method:
         raise AssertionError(f"{name}: {exc}") from None
     assert method.primary_score in (*SHARED_SCORES, *own), \
         f"{name}: primary_score {method.primary_score!r} is neither a shared score nor one of its own"
+    return method
+
+
+def _declared(cls: type[Method], options: dict | None) -> Method:
+    """The declaration checks: a named dataclass with a summary, documented options whose defaults
+    validate, a label and at least one network; returns the method with ``options``."""
+    name = getattr(cls, "name", "")
+    assert isinstance(cls, type) and issubclass(cls, Method), f"{cls!r} is not a methods.Method subclass"
+    assert isinstance(name, str) and name.isidentifier(), f"{cls.__name__}: name {name!r} is not an identifier"
+    assert isinstance(cls.summary, str) and cls.summary.strip(), f"{name}: no one-line summary"
+    assert dataclasses.is_dataclass(cls), f"{name}: not a dataclass (decorate it with @dataclasses.dataclass(frozen=True))"
+    for opt, default, allowed, help_text in describe(cls):
+        assert allowed.strip(), f"{name}.{opt}: no 'allowed' text"
+        assert help_text.strip(), f"{name}.{opt}: no help text"
+    values = validate(cls, dict(options or {}), f"method {name}")  # the defaults must validate
+    method = cls(**values)
+    assert isinstance(method.label, str) and method.label, f"{name}: empty label"
+    assert method.n_networks >= 1, f"{name}: n_networks < 1"
     return method

@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option, parse_float
 from bench.seeding import member_generator
 from methods.base import Batch, Method
@@ -44,7 +44,7 @@ class AnchorNet(Method):
     def label(self) -> str:
         return "AnchorNet"
 
-    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> list[torch.Tensor]:
+    def prepare(self, model: StackedNetwork, seed: int, member_ids: list[int]) -> list[torch.Tensor]:
         anchors = [torch.empty(p.shape) for p in model.parameters()]
         for i, m in enumerate(member_ids):  # member m's anchors come from its own stream, alone or stacked
             generator = member_generator(seed, m, "method")
@@ -53,5 +53,5 @@ class AnchorNet(Method):
         device = next(model.parameters()).device
         return [a.to(device) for a in anchors]
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def penalty(self, model: StackedNetwork, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
         return self.lam * anchor_distance(list(model.parameters()), batch.state)

@@ -3,8 +3,8 @@
 A method is a dataclass whose fields are its options (declared with ``bench.options.option`` so
 they are validated and listed). The shared training loop asks it for:
 
-* ``n_networks`` / ``dropout_rate`` / ``build_model``: the model to train (by default the stacked
-  MLP of ``bench.models`` with ``n_networks`` members);
+* ``n_networks`` / ``dropout_rate`` / ``build_model``: the model to train (by default the protocol's
+  architecture, ``bench.models.registry``, with ``n_networks`` independent members);
 * ``prepare``: training state kept beside the model (e.g. AnchorNet's anchors), handed back in
   every ``Batch``;
 * ``task_loss`` and ``penalty``: the training objective. Independent members (the default): member
@@ -45,7 +45,8 @@ import torch.nn.functional as F
 
 from bench.errors import ConfigError
 from bench.evaluation.calibration import fit_temperature
-from bench.models import StackedMLP
+from bench.models.registry import ArchSpec
+from bench.models.stacked import StackedNetwork
 from bench.options import choice
 
 PREDICT_CHUNK = 8192  # rows per forward pass at test time: bounds memory for large test sets
@@ -192,15 +193,14 @@ class Method:
     def dropout_rate(self) -> float:
         return 0.0
 
-    def build_model(self, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
-                    n_classes: int, init: str) -> StackedMLP:
+    def build_model(self, seed: int, member_ids: list[int], arch: ArchSpec) -> StackedNetwork:
         """The model to train: any module with a ``members`` attribute whose ``forward(x, dropout)``
-        maps (N, D) or (M, N, D) inputs to (M, N, K) outputs. Default: the stacked MLP, member i
-        initialised from the (seed, member_ids[i]) stream."""
-        return StackedMLP.for_seed(seed, member_ids, in_features, hidden, n_classes, self.dropout_rate, init,
-                                   per_network_kernels=self.packs_runs())
+        maps (N, D) or (M, N, D) input rows to (M, N, K) outputs. Default: the protocol's architecture
+        (``arch``, bench.models.registry) with independent members, member i initialised from the
+        (seed, member_ids[i]) stream, dropout at ``dropout_rate``."""
+        return arch.build(seed, member_ids, dropout=self.dropout_rate, per_network_kernels=self.packs_runs())
 
-    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> Any:
+    def prepare(self, model: StackedNetwork, seed: int, member_ids: list[int]) -> Any:
         """Training state kept beside the model, passed back as ``Batch.state``."""
         return None
 
@@ -260,7 +260,7 @@ class Method:
         or for a joint run x (B, D) shared and y (M, B). Default: as they are."""
         return x, y
 
-    def training_forward(self, model: StackedMLP, x: torch.Tensor, state: Any) -> torch.Tensor:
+    def training_forward(self, model: StackedNetwork, x: torch.Tensor, state: Any) -> torch.Tensor:
         """The model's outputs on a training batch (``training_batch``'s x). Default: with dropout,
         ``model(x, dropout=True)``; a method may drop activations its own way (MC dropout's
         per-network masks) and keep the draws' counter in ``state``."""
@@ -271,7 +271,7 @@ class Method:
         ``total_steps`` (epochs x steps per epoch). Default: 1, a constant rate."""
         return 1.0
 
-    def after_step(self, model: StackedMLP, state: Any, step: int, total_steps: int) -> None:
+    def after_step(self, model: StackedNetwork, state: Any, step: int, total_steps: int) -> None:
         """Called without gradients after optimiser step ``step`` (0-based) of ``total_steps``: where
         a method collects weights along its trajectory (into the model's buffers, so that they are
         saved with its weights). Default: nothing."""
@@ -280,17 +280,17 @@ class Method:
         """Per-member task loss, (M, B, K), (M, B) -> (M,). Default: cross-entropy."""
         return cross_entropy_loss(logits, targets)
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor | None:
+    def penalty(self, model: StackedNetwork, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor | None:
         """Per-member term added to the (weighted) task loss, shape (M,), or None."""
         return None
 
-    def predictive_model(self, model: StackedMLP) -> torch.nn.Module:
+    def predictive_model(self, model: StackedNetwork) -> torch.nn.Module:
         """The module whose members' logits are the predictions (``logits``). Default: the trained
         model itself. The per-epoch validation loss always reads the trained model."""
         return model
 
     @torch.no_grad()
-    def logits(self, model: StackedMLP, x: torch.Tensor, dropout: Any = False) -> torch.Tensor:
+    def logits(self, model: StackedNetwork, x: torch.Tensor, dropout: Any = False) -> torch.Tensor:
         """(S, N, K) logits of the predictive model's members for x (N, D), or x (M, N, D), each
         member its own rows; divided by the trained model's fitted temperature once ``post_fit``
         has fitted one."""
@@ -298,7 +298,7 @@ class Method:
         temperature = getattr(model, FITTED_TEMPERATURE, None)
         return out if temperature is None else out / temperature
 
-    def post_fit(self, model: StackedMLP, x_val: torch.Tensor, y_val: torch.Tensor,
+    def post_fit(self, model: StackedNetwork, x_val: torch.Tensor, y_val: torch.Tensor,
                  train: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any]:
         """Post-hoc steps on the trained model, on the validation split (and on the training split
         ``train``, (x, y), when ``post_fit_uses_train``), before any prediction; returns the values
@@ -312,14 +312,14 @@ class Method:
         setattr(model, FITTED_TEMPERATURE, temperature)
         return {FITTED_TEMPERATURE: temperature}
 
-    def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
+    def predict_proba(self, model: StackedNetwork, x: torch.Tensor) -> torch.Tensor:
         """Softmax of each member (no dropout): (members, N, K)."""
         return self.logits(model, x).softmax(dim=-1)
 
-    def own_scores(self, model: StackedMLP, x: torch.Tensor) -> dict[str, np.ndarray]:
+    def own_scores(self, model: StackedNetwork, x: torch.Tensor) -> dict[str, np.ndarray]:
         """The method's own per-sample OOD scores (higher = more OOD), beside the shared ones."""
         return {}
 
-    def predict(self, model: StackedMLP, x: torch.Tensor) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def predict(self, model: StackedNetwork, x: torch.Tensor) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """(probabilities (samples, N, K), own scores name -> (N,)) as numpy arrays."""
         return self.predict_proba(model, x).cpu().numpy(), self.own_scores(model, x)

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import torch
 
 from bench.errors import ConfigError
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import is_finite_nonneg, option, parse_float, parse_optional
 from methods.base import Batch, ReferenceFailed
 from methods.deep_ensemble import DeepEnsemble
@@ -98,7 +98,7 @@ class DARE(DeepEnsemble):
     def checkpoint_threshold(self) -> float | None:
         return self.threshold
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def penalty(self, model: StackedNetwork, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
         if self.threshold is None:
             raise RuntimeError("DARE with delta must be bound to its reference run before training")
         switch = (task_loss.detach() <= self.threshold).to(task_loss.dtype)

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import choice, option, parse_int
 from methods.base import DEFAULT_SCORE, TASK_LOSSES, Method
 
@@ -58,7 +58,7 @@ class DeepEnsemble(Method):
     def task_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return TASK_LOSSES[self.loss](logits, targets)
 
-    def own_scores(self, model: StackedMLP, x: torch.Tensor) -> dict[str, np.ndarray]:
+    def own_scores(self, model: StackedNetwork, x: torch.Tensor) -> dict[str, np.ndarray]:
         # the distance to K * onehot only means something for outputs trained towards it
         if self.loss != "mse":
             return {}

@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from bench.errors import ConfigError
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import choice, option, parse_int
 from methods.base import PREDICT_CHUNK, Method
 from methods.deep_ensemble import MEMBERS_OPTION
@@ -39,20 +38,6 @@ from methods.deep_ensemble import MEMBERS_OPTION
 FIT_BATCH = 1024  # rows per batch when laplace-torch reads the training split
 PRIOR_GRID = (-4, 4, 100)  # log10 of the smallest and largest prior precision, grid points (laplace-torch's)
 POSTERIORS = "laplace_posteriors"  # the model attribute holding the fitted posteriors
-
-
-def member_network(model: StackedMLP, member: int) -> nn.Sequential:
-    """Member ``member`` of a stacked MLP as an ordinary nn.Sequential (what laplace-torch reads)."""
-    layers: list[nn.Module] = []
-    for layer, (weight, bias) in enumerate(zip(model.weights, model.biases)):
-        if layer > 0:
-            layers.append(nn.ReLU())
-        linear = nn.Linear(weight.shape[1], weight.shape[2]).to(weight.device)
-        with torch.no_grad():
-            linear.weight.copy_(weight[member].T)
-            linear.bias.copy_(bias[member])
-        layers.append(linear)
-    return nn.Sequential(*layers).eval()
 
 
 def loader(x: torch.Tensor, y: torch.Tensor) -> torch.utils.data.DataLoader:
@@ -124,7 +109,7 @@ class LaplaceEnsemble(Method):
     def label(self) -> str:
         return "Laplace ensemble" if self.members > 1 else "Laplace"
 
-    def post_fit(self, model: StackedMLP, x_val, y_val, train=None) -> dict[str, Any]:
+    def post_fit(self, model: StackedNetwork, x_val, y_val, train=None) -> dict[str, Any]:
         values = super().post_fit(model, x_val, y_val, train)
         with warnings.catch_warnings():  # laplace-torch's imports warn about its own dependencies
             warnings.simplefilter("ignore")
@@ -132,7 +117,7 @@ class LaplaceEnsemble(Method):
         grid = torch.logspace(*PRIOR_GRID)
         fitted = []
         for m in range(model.members):
-            network = member_network(model, m)
+            network = model.as_module(m)  # ordinary torch layers, the last one the output Linear
             posterior = Laplace(network, "classification", subset_of_weights="last_layer",
                                 hessian_structure=self.hessian)
             posterior.fit(loader(*train))
@@ -153,7 +138,7 @@ class LaplaceEnsemble(Method):
         return values
 
     @torch.no_grad()
-    def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
+    def predict_proba(self, model: StackedNetwork, x: torch.Tensor) -> torch.Tensor:
         fitted = getattr(model, POSTERIORS, None)
         if fitted is None:
             raise RuntimeError("the Laplace posterior is not fitted (post_fit was not called)")

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option, parse_float, parse_int
 from bench.seeding import CounterStream, member_seed
 from methods.base import Method
@@ -62,7 +62,7 @@ class MCDropout(Method):
     def dropout_rate(self) -> float:
         return self.dropout
 
-    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> DropoutMasks:
+    def prepare(self, model: StackedNetwork, seed: int, member_ids: list[int]) -> DropoutMasks:
         device = next(model.parameters()).device
         seeds = torch.tensor([member_seed(seed, m, "dropout") for m in member_ids], device=device)
         return DropoutMasks(seeds, torch.full((len(member_ids),), float(self.dropout), device=device))
@@ -70,7 +70,7 @@ class MCDropout(Method):
     def stack_states(self, states: list[DropoutMasks]) -> DropoutMasks:
         return DropoutMasks(torch.cat([s.draws.seeds for s in states]), torch.cat([s.rates for s in states]))
 
-    def training_forward(self, model: StackedMLP, x: torch.Tensor, state: Any) -> torch.Tensor:
+    def training_forward(self, model: StackedNetwork, x: torch.Tensor, state: Any) -> torch.Tensor:
         out = model(x, dropout=state)
         state.advance()
         return out
@@ -79,6 +79,6 @@ class MCDropout(Method):
         """Test-time dropout at this run's rate, from torch's global generator."""
         return F.dropout(h, self.dropout, training=True)
 
-    def predict_proba(self, model: StackedMLP, x: torch.Tensor) -> torch.Tensor:
+    def predict_proba(self, model: StackedNetwork, x: torch.Tensor) -> torch.Tensor:
         # the T stochastic passes, (T, N, K)
         return torch.cat([self.logits(model, x, dropout=self.test_dropout) for _ in range(self.passes)]).softmax(dim=-1)

@@ -18,7 +18,8 @@ import dataclasses
 import torch
 from torch import nn
 
-from bench.models import StackedMLP, whole_runs
+from bench.models.registry import ArchSpec
+from bench.models.stacked import StackedNetwork, whole_runs
 from bench.options import option, parse_float, parse_int
 from bench.seeding import CounterStream, member_seed
 from methods.base import Method
@@ -30,7 +31,7 @@ class MIMONet(nn.Module):
     such network per run, on the stacked MLP's network axis, and the runs' heads one after another on
     the member axis."""
 
-    def __init__(self, net: StackedMLP, heads: int):
+    def __init__(self, net: StackedNetwork, heads: int):
         super().__init__()
         self.net, self.heads = net, heads
         self.runs = net.members
@@ -39,7 +40,7 @@ class MIMONet(nn.Module):
     @staticmethod
     def stack(models: list["MIMONet"]) -> "MIMONet":
         """Several runs' networks as one model (a pack)."""
-        return MIMONet(StackedMLP.stack([m.net for m in models]), models[0].heads)
+        return MIMONet(StackedNetwork.stack([m.net for m in models]), models[0].heads)
 
     def select(self, members: list[int]) -> "MIMONet":
         """A model of copies of the given heads' networks (whole runs: a run's part of a pack)."""
@@ -112,13 +113,13 @@ class MIMO(Method):
     def label(self) -> str:
         return "MIMO"
 
-    def build_model(self, seed, member_ids, in_features, hidden, n_classes, init) -> MIMONet:
+    def build_model(self, seed: int, member_ids: list[int], arch: ArchSpec) -> MIMONet:
         heads = len(member_ids)
-        # one network, drawn from member 0's stream; the per-network kernels of the single network,
-        # so that M = 1 trains exactly as it does
-        net = StackedMLP.for_seed(seed, [0], heads * in_features, hidden, heads * n_classes, init=init,
-                                  per_network_kernels=True)
-        return MIMONet(net, heads)
+        # one network of the architecture, its M inputs as channels and M x K outputs, drawn from member
+        # 0's stream; the per-network kernels of the single network, so that M = 1 trains exactly as it does
+        channels, height, width = arch.input_shape
+        wide = dataclasses.replace(arch, input_shape=(heads * channels, height, width), n_classes=heads * arch.n_classes)
+        return MIMONet(wide.build(seed, [0], per_network_kernels=True), heads)
 
     def prepare(self, model, seed, member_ids) -> "HeadShuffles":
         return HeadShuffles.of_run(seed, len(member_ids), next(model.parameters()).device)

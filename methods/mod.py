@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option
 from bench.seeding import CounterStream, member_seed
 from methods.anchor_net import POSITIVE
@@ -52,13 +52,13 @@ class MOD(Method):
     def label(self) -> str:
         return "MOD"
 
-    def prepare(self, model: StackedMLP, seed: int, member_ids: list[int]) -> CounterStream:
+    def prepare(self, model: StackedNetwork, seed: int, member_ids: list[int]) -> CounterStream:
         return CounterStream(torch.tensor([member_seed(seed, 0, "method")], device=next(model.parameters()).device))
 
     def stack_states(self, states: list[CounterStream]) -> CounterStream:
         return CounterStream.cat(states)  # one seed per run
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def penalty(self, model: StackedNetwork, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
         members = model.members // batch.runs
         uniforms = batch.state.uniform(tuple(batch.x.shape[-2:]))  # (runs, B, D)
         batch.state.advance()

@@ -11,7 +11,7 @@ import dataclasses
 
 import torch
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option
 from methods.anchor_net import POSITIVE
 from methods.base import Batch, Method
@@ -41,7 +41,7 @@ class NegCorr(Method):
     def label(self) -> str:
         return "NegCorr"
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def penalty(self, model: StackedNetwork, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
         members = model.members // batch.runs
         terms = torch.cat([negative_correlation(o) for o in batch.run_parts(batch.logits)])  # run by run
         return self.lam * terms / members  # shares of each run's (lam/M) sum_m

@@ -14,7 +14,7 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option
 from methods.base import Batch, Method
 from methods.deep_ensemble import MEMBERS_OPTION
@@ -107,5 +107,5 @@ class RDE(Method):
     def label(self) -> str:
         return "RDE"
 
-    def penalty(self, model: StackedMLP, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
+    def penalty(self, model: StackedNetwork, task_loss: torch.Tensor, batch: Batch) -> torch.Tensor:
         return repulsion(list(model.parameters()), batch.runs)  # each run's members repel each other

@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option
 from methods.base import Method
 from methods.deep_ensemble import MEMBERS_OPTION
@@ -28,13 +28,13 @@ class SnapshotNet(nn.Module):
     (buffers, saved with its weights): ``snapshots`` (K x networks, P), snapshot k of network r in row
     k * networks + r, so that one network's buffer is (K, P)."""
 
-    def __init__(self, net: StackedMLP, snapshots: int):
+    def __init__(self, net: StackedNetwork, snapshots: int):
         super().__init__()
         self.net = net
         self.members = net.members
         self.cycles = snapshots
         self.register_buffer("snapshots", torch.zeros(snapshots * net.members, net.flat().shape[1],
-                                                      device=net.weights[0].device))
+                                                      device=next(net.parameters()).device))
         self.register_buffer("taken", torch.zeros((), dtype=torch.long))
 
     def by_cycle(self) -> torch.Tensor:
@@ -45,7 +45,7 @@ class SnapshotNet(nn.Module):
     @torch.no_grad()
     def stack(nets: list["SnapshotNet"]) -> "SnapshotNet":
         """Several runs' SnapshotNets as one (a pack), network by network."""
-        out = SnapshotNet(StackedMLP.stack([n.net for n in nets]), nets[0].cycles)
+        out = SnapshotNet(StackedNetwork.stack([n.net for n in nets]), nets[0].cycles)
         out.by_cycle().copy_(torch.cat([n.by_cycle() for n in nets], dim=1))
         out.taken.copy_(nets[0].taken)
         return out
@@ -67,7 +67,7 @@ class SnapshotNet(nn.Module):
         self.by_cycle().index_copy_(0, self.taken.view(1), self.net.flat().unsqueeze(0))  # no read back to the host
         self.taken += 1
 
-    def ensemble(self) -> StackedMLP:
+    def ensemble(self) -> StackedNetwork:
         """One network's snapshots as a stacked model, one member each (the network itself before any
         snapshot); a run's model (``select``), not a pack's."""
         taken = int(self.taken)
@@ -110,8 +110,8 @@ class SnapshotEnsemble(Method):
     def n_networks(self) -> int:
         return 1  # one network trains; its snapshots are the members
 
-    def build_model(self, seed, member_ids, in_features, hidden, n_classes, init) -> SnapshotNet:
-        return SnapshotNet(super().build_model(seed, member_ids, in_features, hidden, n_classes, init), self.members)
+    def build_model(self, seed, member_ids, arch) -> SnapshotNet:
+        return SnapshotNet(super().build_model(seed, member_ids, arch), self.members)
 
     def lr_factor(self, step: int, total_steps: int) -> float:
         start, length = cycle_of(step, self.members, total_steps)

@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.options import option, parse_float, parse_int
 from bench.seeding import member_generator
 from methods.base import Method
@@ -37,12 +37,12 @@ from methods.deep_ensemble import MEMBERS_OPTION
 class SWAGNet(nn.Module):
     """The trained members (``net``) and their SWAG moments (buffers, saved with the weights)."""
 
-    def __init__(self, net: StackedMLP, rank: int, seed: int, member_ids: list[int]):
+    def __init__(self, net: StackedNetwork, rank: int, seed: int, member_ids: list[int]):
         super().__init__()
         self.net, self.members, self.member_ids = net, net.members, list(member_ids)
         self.seeds = [seed] * len(member_ids)  # each member's run seed (a pack holds several runs)
         shape = net.flat().shape
-        device = net.weights[0].device
+        device = next(net.parameters()).device
         self.register_buffer("mean", torch.zeros(shape, device=device))
         self.register_buffer("sq_mean", torch.zeros(shape, device=device))
         self.register_buffer("deviations", torch.zeros(shape[0], rank, shape[1], device=device))
@@ -66,7 +66,7 @@ class SWAGNet(nn.Module):
     @torch.no_grad()
     def stack(nets: list["SWAGNet"]) -> "SWAGNet":
         """The members of several runs' SWAGNets as one (a pack): weights and moments stacked."""
-        out = SWAGNet(StackedMLP.stack([n.net for n in nets]), nets[0].deviations.shape[1], 0,
+        out = SWAGNet(StackedNetwork.stack([n.net for n in nets]), nets[0].deviations.shape[1], 0,
                       [m for n in nets for m in n.member_ids])
         out.seeds = [s for n in nets for s in n.seeds]
         for name in ("mean", "sq_mean", "deviations"):
@@ -86,7 +86,7 @@ class SWAGNet(nn.Module):
         return out
 
     @torch.no_grad()
-    def sample(self, samples: int, scale: float) -> StackedMLP:
+    def sample(self, samples: int, scale: float) -> StackedNetwork:
         """``samples`` weight draws per member from its SWAG posterior, as one stacked model whose
         members are member 0's draws, then member 1's, ..."""
         kept = min(int(self.collected), self.deviations.shape[1])
@@ -133,9 +133,8 @@ class SWAG(Method):
     def label(self) -> str:
         return "SWAG" if self.members == 1 else "MultiSWAG"
 
-    def build_model(self, seed, member_ids, in_features, hidden, n_classes, init) -> SWAGNet:
-        return SWAGNet(super().build_model(seed, member_ids, in_features, hidden, n_classes, init), self.rank, seed,
-                       member_ids)
+    def build_model(self, seed, member_ids, arch) -> SWAGNet:
+        return SWAGNet(super().build_model(seed, member_ids, arch), self.rank, seed, member_ids)
 
     def collects_at(self, step: int, total_steps: int) -> bool:
         """Whether the moments take the weights after optimiser step ``step`` (0-based): ``moments``

@@ -9,7 +9,7 @@ import torch
 
 from bench.reporting.ablation import ablation_table, axes_of, config_axes
 from bench.cli.main import main
-from bench.models import StackedMLP
+from bench.models.mlp import StackedMLP
 from bench.training.members import member_abs_mean
 
 

@@ -7,11 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.models.registry import ArchSpec
 from bench.cli.main import main
 from bench.config import make_protocol
 from bench.conformance import toy_split
 from bench.errors import ConfigError
-from bench.models import StackedMLP
+from bench.models.mlp import StackedMLP
 from bench.seeding import CounterStream
 from bench.training.loop import train
 from methods import REGISTRY
@@ -230,7 +231,7 @@ def test_bad_baseline_options_are_one_line(args, message, tmp_path, capsys):
 
 def test_batch_ensemble_layer_is_shared_weight_times_rank1_factors():
     from methods.batch_ensemble import BatchEnsemble
-    model = BatchEnsemble(members=3, rank1_init="random_sign").build_model(0, [0, 1, 2], 4, (5,), 2, "torch")
+    model = BatchEnsemble(members=3, rank1_init="random_sign").build_model(0, [0, 1, 2], ArchSpec.mlp(4, (5,), 2, "torch"))
     assert len(model.shared) == 2 and model.shared[0].shape == (1, 4, 5)  # one W per layer for all members
     assert set(torch.cat([r.flatten() for r in model.r]).tolist()) == {-1.0, 1.0}
     x = torch.randn(7, 4)
@@ -240,7 +241,7 @@ def test_batch_ensemble_layer_is_shared_weight_times_rank1_factors():
         expected = (h * model.r[1][m]) @ model.shared[1][0] * model.s[1][m] + model.bias[1][m]
         torch.testing.assert_close(out[m], expected)
     # a pack of two runs: each run's members use its own W
-    other = BatchEnsemble(members=3, rank1_init="random_sign").build_model(1, [0, 1, 2], 4, (5,), 2, "torch")
+    other = BatchEnsemble(members=3, rank1_init="random_sign").build_model(1, [0, 1, 2], ArchSpec.mlp(4, (5,), 2, "torch"))
     pack = type(model).stack([model, other])
     assert pack.shared[0].shape == (2, 4, 5) and pack.r[0].shape == (6, 4) and pack.runs == 2
     assert torch.equal(pack(x), torch.cat([out, other(x)]))
@@ -249,16 +250,17 @@ def test_batch_ensemble_layer_is_shared_weight_times_rank1_factors():
         pack.select([2, 3, 4])
     # weights saved before the run axis (W as (in, out)) still load
     old = {k: v[0] if k.startswith("shared.") else v for k, v in model.state_dict().items()}
-    again = BatchEnsemble(members=3).build_model(5, [0, 1, 2], 4, (5,), 2, "torch")
+    again = BatchEnsemble(members=3).build_model(5, [0, 1, 2], ArchSpec.mlp(4, (5,), 2, "torch"))
     again.load_state_dict(old)
     assert torch.equal(again(x), out)
-    normal = BatchEnsemble(members=50).build_model(0, list(range(50)), 40, (40,), 2, "torch")
+    normal = BatchEnsemble(members=50).build_model(0, list(range(50)), ArchSpec.mlp(40, (40,), 2, "torch"))
     assert normal.r[0].mean().item() == pytest.approx(1.0, abs=0.05)
     assert normal.r[0].std().item() == pytest.approx(0.5, abs=0.05)
 
 
 def test_packed_ensemble_widths_groups_and_masked_weights_stay_zero():
-    from methods.packed_ensemble import PackedEnsemble, group_mask, packed_width
+    from bench.models.stacked import group_mask, packed_width
+    from methods.packed_ensemble import PackedEnsemble
     assert packed_width(100, 2.0, 4, 1) == 50 and packed_width(100, 2.0, 4, 2) == 50
     assert packed_width(100, 1.0, 3, 2) == 34  # rounded up to a multiple of gamma
     assert group_mask(4, 6, 2).tolist() == [[1, 1, 1, 0, 0, 0]] * 2 + [[0, 0, 0, 1, 1, 1]] * 2
@@ -279,7 +281,7 @@ def test_packed_ensemble_widths_groups_and_masked_weights_stay_zero():
 
 def test_packed_members_are_separate_narrow_grouped_networks():
     from methods.packed_ensemble import PackedEnsemble
-    model = PackedEnsemble(members=3, alpha=1.5, gamma=2).build_model(0, [0, 1, 2], 5, (8, 8), 4, "glorot")
+    model = PackedEnsemble(members=3, alpha=1.5, gamma=2).build_model(0, [0, 1, 2], ArchSpec.mlp(5, (8, 8), 4, "glorot"))
     x = torch.randn(7, 5)
     out = model(x)
     for m in range(3):  # member m by hand: its own weights only, each later layer as gamma separate blocks

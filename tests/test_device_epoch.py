@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from bench.models.registry import ArchSpec
 from bench import api
 from bench.config import make_protocol, make_run_config
 from bench.conformance import toy_split
@@ -194,7 +195,7 @@ def test_a_parameter_on_the_run_axis_belongs_to_its_runs_members():
 
 
 def test_dare_switch_with_a_threshold_per_network():
-    model = DeepEnsemble(members=3).build_model(0, [0, 1, 2], 4, (5,), 3, "torch")
+    model = DeepEnsemble(members=3).build_model(0, [0, 1, 2], ArchSpec.mlp(4, (5,), 3, "torch"))
     task = torch.tensor([0.5, 0.5, 0.5])
     dare = DARE(members=3, threshold=torch.tensor([0.1, 0.5, 1.0]))
     penalty = dare.penalty(model, task, None)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import methods
+from bench.models.registry import ArchSpec
 from bench.cli.main import main
 from bench.conformance import toy_split
 from bench.config import make_protocol
@@ -14,7 +15,6 @@ from bench.errors import ConfigError
 from bench.options import validate
 from bench.training.loop import train
 from methods.base import FITTED_TEMPERATURE
-from methods.laplace import member_network
 from methods.mimo import HeadShuffles
 from methods.snapshot_ensemble import cycle_of
 from methods.laplace import glm_predictive
@@ -66,7 +66,7 @@ def test_mimo_heads_see_their_own_shuffles_and_the_same_test_image():
     assert torch.equal(yb[0, own:], yb[1, own:]) and torch.equal(yb[1, own:], yb[2, own:])
     assert not torch.equal(yb[0, :own], yb[1, :own])
     # the network: head m reads its own input block; a test image goes to every head
-    net = method.build_model(0, [0, 1, 2], FEATURES, (8,), CLASSES, "torch")
+    net = method.build_model(0, [0, 1, 2], ArchSpec.mlp(FEATURES, (8,), CLASSES, "torch"))
     torch.testing.assert_close(net(TEST.x[:5]), net(TEST.x[:5].expand(3, -1, -1)))
     assert net(TEST.x[:5]).shape == (3, 5, CLASSES)
 
@@ -83,7 +83,7 @@ def test_mimo_trains_its_heads_into_different_predictions():
 
 def test_swag_mean_is_the_average_of_the_collected_weights():
     method = make("swag", members=2, swa_start=0.5, moments=4, rank=3)
-    model = method.build_model(0, [0, 1], FEATURES, (8,), CLASSES, "torch")
+    model = method.build_model(0, [0, 1], ArchSpec.mlp(FEATURES, (8,), CLASSES, "torch"))
     seen = []
     for step in range(12):  # weights moved by hand; burn-in 6 steps, then 4 moments over the 6 left
         with torch.no_grad():
@@ -157,7 +157,7 @@ def test_schedule_methods_ignore_the_early_stop_and_refuse_checkpoints():
 
 
 def snapshot_steps(method, total: int) -> list[int]:
-    model = method.build_model(0, [0], FEATURES, (8,), CLASSES, "torch")
+    model = method.build_model(0, [0], ArchSpec.mlp(FEATURES, (8,), CLASSES, "torch"))
     taken = []
     for step in range(total):
         before = int(model.taken)
@@ -215,9 +215,9 @@ def test_snapshot_training_follows_the_cyclic_rate():
 
 
 def test_laplace_member_network_is_the_stacked_member():
-    model = make("deep_ensemble", members=2).build_model(0, [0, 1], FEATURES, (8,), CLASSES, "torch")
+    model = make("deep_ensemble", members=2).build_model(0, [0, 1], ArchSpec.mlp(FEATURES, (8,), CLASSES, "torch"))
     for m in range(2):
-        torch.testing.assert_close(member_network(model, m)(TEST.x), model(TEST.x)[m])
+        torch.testing.assert_close(model.as_module(m)(TEST.x), model(TEST.x)[m])
 
 
 @pytest.mark.parametrize("hessian", ["kron", "diag"])
@@ -231,7 +231,7 @@ def test_laplace_matches_laplace_torch_used_directly(hessian):
     proba = method.predict_proba(model, TEST.x)
     grid = torch.logspace(-4, 4, 100)
     for m in range(2):
-        direct = Laplace(member_network(model, m), "classification", subset_of_weights="last_layer",
+        direct = Laplace(model.as_module(m), "classification", subset_of_weights="last_layer",
                          hessian_structure=hessian)
         direct.fit(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(TRAIN.x, TRAIN.y), batch_size=7))
         nlls = []

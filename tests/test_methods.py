@@ -6,7 +6,7 @@ import torch
 from bench.config import make_protocol
 from bench.conformance import toy_split
 from bench.errors import ConfigError
-from bench.models import StackedMLP
+from bench.models.mlp import StackedMLP
 from bench.training.loop import train
 from methods import REGISTRY, get_method
 from methods.dare import DARE, EPS, anti_regularizer

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.models.registry import ArchSpec
 from bench.cli.main import main
 from bench.config import make_protocol, make_run_config
 from bench.conformance import toy_split
@@ -254,7 +255,7 @@ def test_kept_weights_are_saved_and_score_the_run_again(tiny_data, tmp_path):
     protocol = protocol_of(record["config"]["protocol"])
     data = load_benchmark_data(protocol, tiny_data, False, record["seed"])
     method = REGISTRY["deep_ensemble"](**record["config"]["method_options"])
-    model = method.build_model(0, [0, 1], 784, protocol.hidden, 10, protocol.init)
+    model = method.build_model(0, [0, 1], ArchSpec.mlp(784, protocol.hidden, 10, protocol.init))
     model.load_state_dict(torch.load(out / "weights" / f"{record['run_id']}.pt"))
     import numpy as np
     with np.load(out / "predictions" / f"{record['run_id']}.npz") as saved:

@@ -18,7 +18,7 @@ from bench.data.loaders import load_benchmark_data
 from bench.errors import ConfigError
 from bench.design.grid import expand_grid
 from bench.config import load_preset
-from bench.models import StackedMLP
+from bench.models.mlp import StackedMLP
 from bench.reporting.paper import build_paper_table, load_published
 from methods.base import Method, scaled_mse_loss
 from methods.dare import DARE

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.models.registry import ArchSpec
 from bench.cli.main import main
 from bench.config import make_protocol, make_run_config
 from bench.evaluation.calibration import fit_temperature
@@ -67,7 +68,7 @@ def test_an_option_added_later_keeps_the_ids_of_committed_runs():
 def test_post_fit_divides_every_prediction_by_the_fitted_temperature():
     config = make_run_config("deep_ensemble", {"temperature": "fit", "members": 2}, make_protocol({}), 0)
     method = config.make_method()
-    model = method.build_model(0, [0, 1], 6, (5,), 3, config.protocol.init)
+    model = method.build_model(0, [0, 1], ArchSpec.mlp(6, (5,), 3, config.protocol.init))
     x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
     raw = method.logits(model, x)
     values = method.post_fit(model, x, y)

@@ -10,6 +10,7 @@ dataset, such as KMNIST's files).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -28,7 +29,22 @@ DATA_DIR_ENV = "DARE_BENCH_DATA"
 DEFAULT_DATA_DIR = "./data"
 # torchvision's dataset classes by name; torchvision is imported when one is used (about 1.5 s of every
 # command's start otherwise)
-DATASET_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST"}  # also each class's name in torchvision
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """An in-distribution dataset: its torchvision folder (also its class's name in torchvision),
+    its images' shape (C, H, W) and its number of classes."""
+    folder: str
+    image_shape: tuple[int, int, int]
+    classes: int
+
+
+DATASETS = {
+    "mnist": Dataset("MNIST", (1, 28, 28), 10),
+    "fashion_mnist": Dataset("FashionMNIST", (1, 28, 28), 10),
+}
+DATASET_FOLDERS = {name: d.folder for name, d in DATASETS.items()}
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 # Sizes and md5 of the official uncompressed files (the offline mirror's README lists the same).

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 from typing import Any, ClassVar, Iterable, Mapping, Protocol as Interface
 
-from bench.config import Protocol, RunConfig, make_protocol, make_run_config
+from bench.config import Protocol, RunConfig, make_protocol, make_run_config, overridden
 from bench.errors import ConfigError
 from bench.options import parse_bool
 from bench.design.walks import Selection, parse_select_spec, same_value
@@ -146,7 +146,7 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
     unknown = sorted(set(preset_values) - PRESET_KEYS)
     if unknown:
         raise ConfigError(f"preset {preset}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(PRESET_KEYS))})")
-    protocol = make_protocol({**preset_values.get("protocol", {}), **protocol_overrides})
+    protocol = make_protocol(overridden(preset_values.get("protocol", {}), protocol_overrides))
     methods = methods or preset_values.get("methods") or []
     seeds = seeds if seeds is not None else preset_values.get("seeds", [0])
     if not methods:

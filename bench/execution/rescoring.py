@@ -121,8 +121,8 @@ def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, de
     except ReferenceFailed:
         pass  # predictions do not depend on a reference (it sets training thresholds)
     data = load_benchmark_data(protocol, data_dir, download, config.seed)
-    model = method.build_model(config.seed, list(range(method.n_networks)), data.in_features, protocol.hidden,
-                               data.n_classes, protocol.init)
+    model = method.build_model(config.seed, list(range(method.n_networks)),
+                               protocol.arch_spec.fitted(data.in_features, data.n_classes))
     path = store.out / WEIGHTS / f"{run.source['run_id']}.pt"
     try:
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

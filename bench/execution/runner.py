@@ -15,7 +15,6 @@ from bench.data.loaders import BenchData
 from bench.evaluation.metrics import run_metrics
 from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
 from bench.evaluation.columns import ood_column, score_key
-from bench.models import training_flops_per_sample
 from bench.training.packs import packed_method
 from bench.training.loop import Diverged, train, train_pack
 from methods.base import DEFAULT_SCORE, ReferenceFailed
@@ -139,10 +138,11 @@ def _score_run(config: RunConfig, method, result, data: BenchData, device, recor
     except Exception as exc:  # noqa: BLE001
         return _failed(record, "evaluating", exc)
     finite_val = [v for v in result.val_loss if np.isfinite(v)]
-    sizes = [data.train.x.shape[1], *config.protocol.hidden, data.n_classes]
+    cost = config.protocol.arch_spec.fitted(data.in_features, data.n_classes).cost()
     record.update(status="ok", **metrics, **fitted, train_seconds=result.seconds,
-                  # by the MLP layer-shape count of bench perf (execution info: efficiency = tflop / seconds / peak)
-                  train_tflop=training_flops_per_sample(sizes) * len(data.train) * sum(result.epochs_run) / 1e12,
+                  # by the architecture's layer-shape count, as bench perf's (execution info: efficiency = tflop /
+                  # seconds / peak)
+                  train_tflop=cost.training_flops_per_sample * len(data.train) * sum(result.epochs_run) / 1e12,
                   eval_seconds=time.perf_counter() - start,
                   epochs_run=" ".join(map(str, result.epochs_run)),
                   kept_epochs=" ".join(map(str, result.kept_epochs)),

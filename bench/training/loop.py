@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from bench.config import Protocol
 from bench.data.loaders import Split
-from bench.models import StackedMLP
+from bench.models.stacked import StackedNetwork
 from bench.seeding import member_generator
 from bench.training.graphs import CapturedSteps, capture_wanted
 from bench.training.members import Members, member_abs_mean
@@ -55,7 +55,7 @@ class Diverged(Exception):
 
 @dataclasses.dataclass
 class TrainResult:
-    model: StackedMLP
+    model: StackedNetwork
     epochs_run: list[int]        # per member: epochs trained before stopping
     history: list[dict]          # per epoch and member: train loss and accuracy, validation loss, mean |theta|
     kept_epochs: list[int]       # per member: the epoch whose weights were kept (0: final weights)
@@ -94,7 +94,7 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     for part in parts:
         if isinstance(part, Diverged):
             raise part
-    model = parts[0].model if len(groups) == 1 else StackedMLP.stack([p.model for p in parts])
+    model = parts[0].model if len(groups) == 1 else StackedNetwork.stack([p.model for p in parts])
     history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
     return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
                        [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],
@@ -139,7 +139,7 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
 
 
 @torch.no_grad()
-def validation_loss(method: Method, model: StackedMLP, val: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def validation_loss(method: Method, model: StackedNetwork, val: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Each member's task loss on the validation split (no dropout, no penalty): shape (M,). ``val``:
     x (N, D) and y (N,) shared by the members, or x (M, N, D) and y (M, N), each member its own.
     The trained model's own members are scored, not the method's predictive model."""
@@ -176,10 +176,10 @@ def _build(runs: list[PackRun], packed: Method, protocol: Protocol, in_features:
     """The stacked model of the runs' members, each run's built from its own streams, and the
     methods' training state stacked likewise."""
     models, states = [], []
+    arch = protocol.arch_spec.fitted(in_features, n_classes)
     for run in runs:
         torch.manual_seed(run.seed)  # dropout masks and any other draw a method makes during training
-        model = run.method.build_model(run.seed, run.member_ids, in_features, protocol.hidden, n_classes,
-                                       protocol.init).to(device)
+        model = run.method.build_model(run.seed, run.member_ids, arch).to(device)
         models.append(model)
         states.append(run.method.prepare(model, run.seed, run.member_ids))
     if len(runs) == 1:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from bench.config import Execution, Protocol, RunConfig
-from bench.models import MemberSlice
+from bench.models.stacked import MemberSlice
 from methods import Method
 from methods.base import Batch
 
@@ -198,16 +198,15 @@ def pack_limit(execution: Execution, protocols: list[Protocol]) -> int:
     return min(auto_pack_networks(p, execution.torch_device()) for p in dict.fromkeys(protocols))
 
 
-def network_bytes(protocol: Protocol, in_features: int = 784, n_classes: int = 10) -> int:
+def network_bytes(protocol: Protocol) -> int:
     """A bound on one network's training memory: parameters with their gradient, Adam moments,
     checkpoint and frozen copies, its batch's activations forward and backward, and its copy of
     its run's validation split with that split's activations (runs whose splits differ,
     bench.training.sources.PackData)."""
-    sizes = [in_features, *protocol.hidden, n_classes]
-    params = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
-    activations = protocol.batch_size * sum(sizes) * 3
-    validation = protocol.val_size * sum(sizes)
-    return 4 * (6 * params + activations + validation)
+    cost = protocol.arch_spec.cost()
+    activations = protocol.batch_size * cost.activation_floats_per_sample * 3
+    validation = protocol.val_size * cost.activation_floats_per_sample
+    return 4 * (6 * cost.parameters + activations + validation)
 
 
 def auto_pack_networks(protocol: Protocol, device: torch.device) -> int:

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from bench.config import make_protocol
 from bench.data.files import dataset_class
 from bench.data.loaders import load_benchmark_data
-from bench.models import training_flops_per_sample
+from bench.models.stacked import training_flops_per_sample
 from bench.options import option, parse_int
 from bench.training.loop import train, train_pack
 from methods.deep_ensemble import DeepEnsemble

@@ -2,7 +2,7 @@
 forward pass and loss eager or under torch.compile (inductor), timed in one process (ms per step).
     python results/device-epoch-cpu/compile_vs_eager.py [N]   (default 25)"""
 import time, sys, torch
-from bench.models import StackedMLP
+from bench.models.mlp import StackedMLP
 from methods.base import cross_entropy_loss
 torch.manual_seed(0)
 networks, batch, sizes = int(sys.argv[1]) if len(sys.argv) > 1 else 25, 128, (100, 100, 100)

@@ -2,11 +2,12 @@
 random batches, step by step with fused Adam; prints the first step whose gradients or updated parameters
 are not bit for bit those of the runs alone."""
 import torch
+from bench.models.registry import ArchSpec
 from methods import REGISTRY
 from methods.base import cross_entropy_loss
 torch.manual_seed(0)
 be = REGISTRY["batch_ensemble"](members=5)
-models = [be.build_model(s, list(range(5)), 784, (100, 100, 100), 10, "glorot") for s in range(3)]
+models = [be.build_model(s, list(range(5)), ArchSpec.mlp(784, (100, 100, 100), 10, "glorot")) for s in range(3)]
 pack = type(models[0]).stack(models)
 oa = [torch.optim.Adam(m.parameters(), lr=1e-3, eps=1e-7, fused=True) for m in models]
 op = torch.optim.Adam(pack.parameters(), lr=1e-3, eps=1e-7, fused=True)

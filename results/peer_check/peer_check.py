@@ -88,7 +88,7 @@ def laplace_rows(seed: int, protocol, data, prior: bool = False) -> list[dict]:
     against laplace-torch's own grid search on the validation split."""
     from torch_uncertainty.post_processing import LaplaceApprox
 
-    from methods.laplace import loader, member_network
+    from methods.laplace import loader
     config = make_run_config("laplace", {"members": 3}, protocol, seed, "seed")
     method = config.make_method()
     model = train(method, protocol, data.train, data.n_classes, seed, progress=False, val=data.val).model
@@ -96,7 +96,7 @@ def laplace_rows(seed: int, protocol, data, prior: bool = False) -> list[dict]:
     ours = method.predict_proba(model, data.test.x)
     rows = []
     for m, precision in enumerate(float(p) for p in values["laplace_prior_precision"].split()):
-        peer = LaplaceApprox("classification", member_network(model, m), optimize_prior_precision=False)
+        peer = LaplaceApprox("classification", model.as_module(m), optimize_prior_precision=False)
         peer.fit(loader(data.train.x, data.train.y))
         if prior:
             rows += _prior_rows(config.variant, seed, m, precision, peer.la, loader(data.val.x, data.val.y))

@@ -1,16 +1,23 @@
-"""Networks with members stacked on a leading axis (torch-uncertainty's ensemble-as-batch idea).
+"""The stacked-model interface every architecture implements (torch-uncertainty's ensemble-as-batch
+idea), and the helpers the architectures share.
 
-Member m of a ``StackedMLP`` is the ordinary MLP whose layer l has weight ``weights[l][m]`` and bias
-``biases[l][m]``. One batched matmul serves every member, and every method (ensemble, DARE,
-MC dropout with one member) shares this one model and one training loop.
+A stacked model holds ``members`` networks of one architecture, every parameter with the members on
+its leading axis: member m's parameters are ``p[m]`` for each ``p`` in ``parameters()``. The
+training loop, packs, rescoring, conformance and perf work through this interface only
+(``StackedNetwork``): build from a seed's streams, stack several models, select members, reset a
+member, read and write each member's parameters as one flat vector, one member as an ordinary
+``nn.Sequential`` (what laplace-torch reads), and the cost of one network (training FLOPs and
+activations per sample) for the efficiency columns and ``--pack-size auto``.
+
+Inputs are rows of flattened images, (N, C*H*W) shared by every member or (M, N, C*H*W) one batch
+per member, in C, H, W order; a convolutional architecture views them as (N, C, H, W) images (a
+free reshape), the MLP reads them as they are. Outputs are logits (M, N, classes).
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bench.seeding import member_generator
@@ -72,6 +79,18 @@ def stack_parameters(out: nn.Module, models: list[nn.Module]) -> nn.Module:
     return out
 
 
+def packed_width(width: int, alpha: float, members: int, gamma: int) -> int:
+    """Each member's width for a base layer of ``width`` units."""
+    return gamma * math.ceil(width * alpha / members / gamma)
+
+
+def group_mask(n_in: int, n_out: int, groups: int) -> torch.Tensor:
+    """(n_in, n_out) block-diagonal 0/1 mask of ``groups`` equal blocks."""
+    rows = torch.arange(n_in) // (n_in // groups)
+    cols = torch.arange(n_out) // (n_out // groups)
+    return (rows.unsqueeze(1) == cols.unsqueeze(0)).float()
+
+
 def whole_runs(members: list[int], per_run: int, what: str) -> list[int]:
     """The runs whose members ``members`` are, each run's ``per_run`` members all of them, in order
     (how a pack's model with a run axis hands back a run's part); ValueError otherwise."""
@@ -81,60 +100,63 @@ def whole_runs(members: list[int], per_run: int, what: str) -> list[int]:
     return runs
 
 
-class StackedMLP(nn.Module):
-    """``members`` independent ReLU MLPs ``in_features -> *hidden -> out_features``.
+class StackedNetwork(nn.Module):
+    """``members`` networks of one architecture, every parameter (and every per-member buffer) with
+    the members on its leading axis. A subclass implements ``shaped_like``, ``reset_member``,
+    ``forward``, ``as_module`` and the two cost counts; the rest works on ``parameters()``."""
 
-    ``dropout`` is applied to every hidden activation, i.e. before each Linear layer except the
-    first (never to the input), and only when ``forward(..., dropout=True)`` is asked for: the
-    flag is explicit so that evaluation code cannot switch MC dropout off by calling ``eval()``.
-    """
+    members: int
 
-    def __init__(self, members: int, in_features: int, hidden: tuple[int, ...], out_features: int,
-                 dropout: float = 0.0, per_network_kernels: bool = False):
-        super().__init__()
-        sizes = [in_features, *hidden, out_features]
-        self.members = members
-        self.dropout = dropout
-        self.per_network_kernels = per_network_kernels  # see member_linear
-        self.weights = nn.ParameterList(
-            nn.Parameter(torch.empty(members, n_in, n_out)) for n_in, n_out in zip(sizes[:-1], sizes[1:]))
-        self.biases = nn.ParameterList(
-            nn.Parameter(torch.empty(members, n_out)) for n_out in sizes[1:])
+    def shaped_like(self, members: int) -> "StackedNetwork":
+        """An uninitialised model of this one's architecture and kernels with ``members`` members, on its device."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
+        """Member m's parameters drawn from ``generator`` by the ``init`` rule (init_bounds), layer by
+        layer, each layer's weight before its bias."""
+        raise NotImplementedError
+
+    def as_module(self, member: int) -> nn.Sequential:
+        """Member ``member`` as ordinary torch layers taking rows (N, C*H*W), its last module the
+        output Linear (laplace-torch's last layer), in eval mode."""
+        raise NotImplementedError
+
+    def training_flops_per_sample(self) -> int:
+        """Multiply-add FLOPs (x2) of one network's training step per sample: forward, weight gradient
+        and input gradient of every conv and dense layer (none into the images); element-wise work,
+        pooling, the loss and Adam left out."""
+        raise NotImplementedError
+
+    def activation_floats_per_sample(self) -> int:
+        """Floats of one network's activations per sample (inputs, every layer's output): what a
+        batch and the validation split cost in memory (``bench.training.packs.network_bytes``)."""
+        raise NotImplementedError
 
     @classmethod
-    def for_seed(cls, seed: int, member_ids: list[int], in_features: int, hidden: tuple[int, ...],
-                 out_features: int, dropout: float = 0.0, init: str = "torch",
-                 per_network_kernels: bool = False) -> "StackedMLP":
-        """A model of len(member_ids) members, member i initialised from generator (seed, member_ids[i])."""
-        model = cls(len(member_ids), in_features, hidden, out_features, dropout, per_network_kernels)
+    def for_members(cls, model: "StackedNetwork", seed: int, member_ids: list[int], init: str) -> "StackedNetwork":
+        """``model`` with member i drawn from the (seed, member_ids[i]) init stream."""
         for i, m in enumerate(member_ids):
             model.reset_member(i, member_generator(seed, m, "init"), init)
         return model
 
     @staticmethod
-    def stack(models: list["StackedMLP"]) -> "StackedMLP":
-        """One stacked model from several (e.g. members trained one after another)."""
+    def stack(models: list["StackedNetwork"]) -> "StackedNetwork":
+        """One stacked model from several (e.g. the runs of a pack, members trained one after another)."""
         return stack_parameters(models[0].shaped_like(sum(m.members for m in models)), models)
 
-    def select(self, members: list[int]) -> "StackedMLP":
+    def select(self, members: list[int]) -> "StackedNetwork":
         """A stacked model of copies of the given members (a run's part of a pack)."""
         out = self.shaped_like(len(members))
-        index = torch.tensor(members, device=self.weights[0].device)
+        device = next(self.parameters()).device
+        index = torch.tensor(members, device=device)
         with torch.no_grad():
             for target, source in zip(out.parameters(), self.parameters()):
                 target.copy_(source.index_select(0, index))  # on the device: no round trip through the host
         return out
 
-    @property
-    def sizes(self) -> list[int]:
-        """The layer widths: in_features, *hidden, out_features."""
-        return [w.shape[1] for w in self.weights] + [self.weights[-1].shape[2]]
-
-    def shaped_like(self, members: int) -> "StackedMLP":
-        """An uninitialised stacked model of this one's shape and kernels, with ``members`` members."""
-        sizes = self.sizes
-        return StackedMLP(members, sizes[0], tuple(sizes[1:-1]), sizes[-1], self.dropout,
-                          self.per_network_kernels).to(self.weights[0].device)
+    def parameters_per_network(self) -> int:
+        return sum(p[0].numel() for p in self.parameters())
 
     @torch.no_grad()
     def flat(self) -> torch.Tensor:
@@ -142,7 +164,7 @@ class StackedMLP(nn.Module):
         return torch.cat([p.reshape(self.members, -1) for p in self.parameters()], dim=1)
 
     @torch.no_grad()
-    def with_flat(self, vectors: torch.Tensor) -> "StackedMLP":
+    def with_flat(self, vectors: torch.Tensor) -> "StackedNetwork":
         """A stacked model of this shape with one member per row of ``vectors`` (the layout of ``flat``):
         how weights collected along training (snapshots, SWAG samples) are run."""
         out = self.shaped_like(len(vectors)).to(vectors.device)
@@ -153,49 +175,12 @@ class StackedMLP(nn.Module):
             offset += size
         return out
 
-    @torch.no_grad()
-    def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
-        """Member m's weights and biases drawn from ``generator`` by the ``init`` rule (init_bounds)."""
-        for weight, bias in zip(self.weights, self.biases):
-            weight_bound, bias_bound = init_bounds(init, weight.shape[1], weight.shape[2])
-            weight[m].uniform_(-weight_bound, weight_bound, generator=generator)
-            if bias_bound is None:
-                bias[m].zero_()
-            else:
-                bias[m].uniform_(-bias_bound, bias_bound, generator=generator)
-
-    def layer_weight(self, layer: int) -> torch.Tensor:
-        """The (members, in, out) weight that layer ``layer`` applies; a subclass may constrain it."""
-        return self.weights[layer]
-
-    def forward(self, x: torch.Tensor, dropout: bool | Callable[[int, torch.Tensor], torch.Tensor] = False,
-                span: tuple[int, int] | None = None) -> torch.Tensor:
-        """x: (N, in) shared by all members, or (members, N, in). Returns logits (members, N, out).
-        dropout: False; True (torch's dropout at the model's rate, from torch's global generator); or
-        a function (layer, h) -> h that drops hidden activations its own way (MC dropout's
-        per-network masks in training). ``span`` (a, b): members [a, b) only (``MemberSlice``)."""
-        h = x
-        a, b = span or (0, self.members)
-        for layer, bias in enumerate(self.biases):
-            if layer > 0:
-                h = torch.relu(h)
-                if callable(dropout):
-                    h = dropout(layer, h)
-                elif dropout and self.dropout > 0:
-                    h = F.dropout(h, self.dropout, training=True)
-            weight = self.layer_weight(layer)
-            if span is not None:
-                weight, bias = weight[a:b], bias[a:b]
-            h = member_linear(h, weight, bias, self.per_network_kernels)
-        return h
-
-
 class MemberSlice:
     """Members [a, b) of a stacked model as a penalty sees them (``bench.training.packs.MixedPack``):
     their parameters are slices of the model's, and calling it runs those members only, so
     gradients flow back into the model."""
 
-    def __init__(self, model: StackedMLP, a: int, b: int):
+    def __init__(self, model: StackedNetwork, a: int, b: int):
         self.model, self.a, self.b = model, a, b
         self.members = b - a
 

@@ -1,0 +1,203 @@
+"""LeNet-5 with members stacked on a leading axis: three 5x5 convolutions (ReLU, 2x2 max-pool after
+the first two), then dense layers, as ordinary ``nn.Conv2d`` / ``nn.Linear`` members would compute.
+
+Two variants (``LENET5``, ``LENET5_SAME``, registered in ``bench.models.registry``):
+
+* ``lenet5``, the textbook network: conv 6@5x5 padding 2, pool, conv 16@5x5, pool, conv 120@5x5
+  (1x1 out), dense 84, dense classes: 61,706 parameters on 28x28 images;
+* ``lenet5_same``, uncertainty-baselines' ``baselines/mnist`` LeNet: every convolution SAME-padded,
+  so conv 3 gives 120x7x7 before dense 84: 545,546 parameters.
+
+How the members compute (measured on the 2-core CPU, docs/performance.md): the convolutions run
+member by member (each member's batch through ``F.conv2d`` with its own kernels), which oneDNN runs
+at a high share of the machine's peak, and a member's result never depends on how many members sit
+beside it (packs stay bitwise equal to runs trained alone); the dense layers run stacked, one
+batched matmul for all members. ``groups`` > 1 (Packed-Ensembles' gamma) splits every layer after
+the first into that many groups: grouped convolutions, block-diagonal dense weights.
+
+MC dropout: dropout acts on the dense layers' inputs (the flattened convolutional features and each
+hidden dense layer), the convolutions are never dropped (Gal & Ghahramani's "lenet-ip" placement).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.models.stacked import StackedNetwork, group_mask, init_bounds, member_linear
+
+
+@dataclasses.dataclass(frozen=True)
+class LeNetShape:
+    """A LeNet-5 variant: its convolutions' output channels and paddings, whether a 2x2 max-pool
+    follows each, and the widths of its hidden dense layers."""
+    channels: tuple[int, ...] = (6, 16, 120)
+    paddings: tuple[int, ...] = (2, 0, 0)
+    pools: tuple[bool, ...] = (True, True, False)
+    dense: tuple[int, ...] = (84,)
+    kernel: int = 5
+
+    def widened(self, width: Callable[[int], int]) -> "LeNetShape":
+        """The same network with every conv's channels and hidden dense width mapped by ``width``."""
+        return dataclasses.replace(self, channels=tuple(map(width, self.channels)), dense=tuple(map(width, self.dense)))
+
+
+LENET5 = LeNetShape()
+LENET5_SAME = LeNetShape(paddings=(2, 2, 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvLayer:
+    """One convolution of a built network: channels in and out, padding, groups, pool after it,
+    and its input's and output's (before the pool) height and width."""
+    c_in: int
+    c_out: int
+    padding: int
+    groups: int
+    pool: bool
+    size_in: tuple[int, int]
+    size_out: tuple[int, int]
+
+    @property
+    def pooled(self) -> tuple[int, int]:
+        return (self.size_out[0] // 2, self.size_out[1] // 2) if self.pool else self.size_out
+
+
+def conv_layers(shape: LeNetShape, input_shape: tuple[int, int, int], groups: int) -> list[ConvLayer]:
+    """The convolutions of ``shape`` on images ``input_shape`` (C, H, W); ValueError when an image
+    is too small for them."""
+    layers, c_in, size = [], input_shape[0], tuple(input_shape[1:])
+    for i, (c_out, padding, pool) in enumerate(zip(shape.channels, shape.paddings, shape.pools)):
+        out = tuple(s + 2 * padding - shape.kernel + 1 for s in size)
+        if min(out) < 1 or (pool and min(out) < 2):
+            raise ValueError(f"LeNet-5: images of {input_shape[1]}x{input_shape[2]} are too small for its convolutions")
+        layers.append(ConvLayer(c_in, c_out, padding, groups if i else 1, pool, size, out))
+        c_in, size = c_out, layers[-1].pooled
+    return layers
+
+
+class StackedLeNet(StackedNetwork):
+    """``members`` independent LeNet-5 networks of ``shape`` on images ``input_shape`` (C, H, W).
+
+    ``dropout``: the rate of ``forward(..., dropout=True)`` on the dense layers' inputs (never on the
+    convolutions or the images), explicit as in the MLP so that ``eval()`` cannot switch it off.
+    """
+
+    def __init__(self, members: int, input_shape: tuple[int, int, int], n_classes: int, shape: LeNetShape = LENET5,
+                 dropout: float = 0.0, groups: int = 1):
+        super().__init__()
+        self.members, self.input_shape, self.n_classes = members, tuple(input_shape), n_classes
+        self.shape, self.dropout, self.groups = shape, dropout, groups
+        self.convs = conv_layers(shape, self.input_shape, groups)
+        k = shape.kernel
+        self.conv_weights = nn.ParameterList(nn.Parameter(torch.empty(members, c.c_out, c.c_in // c.groups, k, k))
+                                             for c in self.convs)
+        self.conv_biases = nn.ParameterList(nn.Parameter(torch.empty(members, c.c_out)) for c in self.convs)
+        last = self.convs[-1]
+        sizes = [last.c_out * last.pooled[0] * last.pooled[1], *shape.dense, n_classes]
+        self.weights = nn.ParameterList(nn.Parameter(torch.empty(members, i, o)) for i, o in zip(sizes[:-1], sizes[1:]))
+        self.biases = nn.ParameterList(nn.Parameter(torch.empty(members, o)) for o in sizes[1:])
+        self.dense_sizes = sizes
+        if groups > 1:  # every dense layer comes after the first layer: all are grouped
+            for layer, (i, o) in enumerate(zip(sizes[:-1], sizes[1:])):
+                self.register_buffer(f"mask{layer}", group_mask(i, o, groups))
+
+    def shaped_like(self, members: int) -> "StackedLeNet":
+        return StackedLeNet(members, self.input_shape, self.n_classes, self.shape, self.dropout,
+                            self.groups).to(self.conv_weights[0].device)
+
+    def dense_weight(self, layer: int) -> torch.Tensor:
+        """Dense layer ``layer``'s (members, in, out) weight, block-diagonal when grouped."""
+        weight = self.weights[layer]
+        return weight * getattr(self, f"mask{layer}") if self.groups > 1 else weight
+
+    @torch.no_grad()
+    def reset_member(self, m: int, generator: torch.Generator, init: str = "torch") -> None:
+        """Each layer's bounds from one group's fan-in and fan-out (a conv's: channels x kernel area)."""
+        area = self.shape.kernel ** 2
+        for conv, weight, bias in zip(self.convs, self.conv_weights, self.conv_biases):
+            bounds = init_bounds(init, conv.c_in // conv.groups * area, conv.c_out // conv.groups * area)
+            _draw(weight[m], bias[m], bounds, generator)
+        groups = self.groups
+        for layer, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+            _draw(weight[m], bias[m], init_bounds(init, weight.shape[1] // groups, weight.shape[2] // groups), generator)
+            if groups > 1:
+                weight[m].mul_(getattr(self, f"mask{layer}"))
+
+    def features(self, images: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor]) -> torch.Tensor:
+        """One member's convolutional features (N, F) of images (N, C, H, W)."""
+        h = images
+        for conv, weight, bias in zip(self.convs, weights, biases):
+            h = F.conv2d(h, weight, bias, padding=conv.padding, groups=conv.groups)
+            # pool, then ReLU: the same values and gradients as ReLU then pool (ReLU is monotone, and
+            # both pass a gradient to the window's maximum only where it is > 0), on a 4x smaller tensor
+            h = torch.relu(F.max_pool2d(h, 2) if conv.pool else h)
+        return h.flatten(1)
+
+    def forward(self, x: torch.Tensor, dropout: bool | Callable[[int, torch.Tensor], torch.Tensor] = False,
+                span: tuple[int, int] | None = None) -> torch.Tensor:
+        """x: rows (N, C*H*W) shared by the members, or (members, N, C*H*W). Returns logits (members, N, classes).
+        dropout and span as ``StackedMLP.forward``'s (a function's layer numbers: 1 for the conv features,
+        then 2, 3, ... for each hidden dense layer)."""
+        a, b = span or (0, self.members)
+        weights = [w[a:b].unbind(0) for w in self.conv_weights]  # unbind: one stack in the backward pass
+        biases = [c[a:b].unbind(0) for c in self.conv_biases]
+        h = torch.stack([self.features((x if x.dim() == 2 else x[i]).view(-1, *self.input_shape),
+                                       [w[i] for w in weights], [c[i] for c in biases]) for i in range(b - a)])
+        for layer, bias in enumerate(self.biases):
+            if layer > 0:
+                h = torch.relu(h)
+            if callable(dropout):
+                h = dropout(layer + 1, h)
+            elif dropout and self.dropout > 0:
+                h = F.dropout(h, self.dropout, training=True)
+            h = member_linear(h, self.dense_weight(layer)[a:b], bias[a:b], per_network=True)
+        return h
+
+    def as_module(self, member: int) -> nn.Sequential:
+        layers: list[nn.Module] = [nn.Unflatten(1, self.input_shape)]
+        device = self.conv_weights[0].device
+        for conv, weight, bias in zip(self.convs, self.conv_weights, self.conv_biases):
+            module = nn.Conv2d(conv.c_in, conv.c_out, self.shape.kernel, padding=conv.padding, groups=conv.groups)
+            with torch.no_grad():
+                module.weight.copy_(weight[member])
+                module.bias.copy_(bias[member])
+            layers += [module.to(device)] + ([nn.MaxPool2d(2)] if conv.pool else []) + [nn.ReLU()]
+        layers.append(nn.Flatten())
+        for layer, bias in enumerate(self.biases):
+            if layer > 0:
+                layers.append(nn.ReLU())
+            weight = self.dense_weight(layer)
+            linear = nn.Linear(weight.shape[1], weight.shape[2]).to(device)
+            with torch.no_grad():
+                linear.weight.copy_(weight[member].T)
+                linear.bias.copy_(bias[member])
+            layers.append(linear)
+        return nn.Sequential(*layers).eval()
+
+    def training_flops_per_sample(self) -> int:
+        flops, area = 0, self.shape.kernel ** 2
+        for i, conv in enumerate(self.convs):
+            macs = conv.c_in // conv.groups * area * conv.c_out * conv.size_out[0] * conv.size_out[1]
+            flops += 2 * macs * (3 if i else 2)  # forward, weight gradient, input gradient (none into the images)
+        sizes = self.dense_sizes
+        return flops + sum(6 * i * o for i, o in zip(sizes[:-1], sizes[1:]))
+
+    def activation_floats_per_sample(self) -> int:
+        c, h, w = self.input_shape
+        floats = c * h * w
+        for conv in self.convs:
+            floats += conv.c_out * (conv.size_out[0] * conv.size_out[1] + (conv.pooled[0] * conv.pooled[1] if conv.pool else 0))
+        return floats + sum(self.dense_sizes[1:])
+
+
+def _draw(weight: torch.Tensor, bias: torch.Tensor, bounds: tuple[float, float | None], generator: torch.Generator) -> None:
+    weight_bound, bias_bound = bounds
+    weight.uniform_(-weight_bound, weight_bound, generator=generator)
+    if bias_bound is None:
+        bias.zero_()
+    else:
+        bias.uniform_(-bias_bound, bias_bound, generator=generator)
