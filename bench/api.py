@@ -11,9 +11,8 @@ command line (which is built on these functions).
     bench.evaluate("results/seed", data_dir="../data")  # score stored weights: OOD suite, shift suite
     shift = bench.shift_table("results/seed")      # the shift suite's metrics, one row per (run, shift, level)
 
-Each command of ``python -m bench`` is a call or two here (bench.cli adds its flags and what it
-prints): ``report``, ``paper_table``, ``listing`` (list), ``perf``, ``evaluate``; ``run`` and
-``ablate`` are ``plan`` and ``execute``, then ``report_grid`` and ``ablation_report`` or ``star_report``.
+Each command of ``python -m bench`` is a call or two here (bench.cli adds its flags and what it prints): ``report``,
+``paper_table``, ``listing``, ``perf``, ``evaluate``; ``run`` and ``ablate`` are ``plan``, ``execute`` and a report.
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ import torch
 
 from bench import tables as run_tables
 from bench.config import (N_CLASSES, Execution, available_presets, load_preset, make_execution, make_protocol,
-                          make_run_config, protocol_help)
+                          make_run_config, overridden, protocol_help)
 from bench.data import ood_sets as ood_suite, shifts as shift_suite
 from bench.data.files import load_images, resolve_data_dir
 from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid
@@ -39,6 +38,7 @@ from bench.errors import BenchError, ConfigError
 from bench.execution.executors import Executor, grid_status, make_executor, run_grid
 from bench.execution.claims import DEFAULT_TIMEOUT
 from bench.execution.rescoring import parse_ood_sets, rescore_folder
+from bench.models.registry import ARCHITECTURES, Architecture
 from bench.options import describe, validate
 from bench.provenance import stamp
 from bench.reporting import star_tables
@@ -397,6 +397,7 @@ class Listing:
     ood_set_specs: dict[str, ood_suite.OodSet]        # every OOD set: group, description
     shifts: dict[str, shift_suite.Shift]              # every shift: family, levels (``evaluate --shifts``)
     presets: list[str]
+    architectures: dict[str, Architecture]            # every architecture (``--arch``): its summary and options
 
 
 def listing() -> Listing:
@@ -406,26 +407,25 @@ def listing() -> Listing:
     names = {option_name for option_name, *_ in shared}
     methods = [MethodEntry(name, cls.summary, cls.joint, SOURCES[name], [o for o in describe(cls) if o[0] not in names])
                for name, cls in REGISTRY.items()]
-    return Listing(methods, dict(BROKEN), shared, protocol_help(),
-                   {dataset: ood_suite.known_for(dataset) for dataset in N_CLASSES}, dict(ood_suite.SETS),
-                   dict(shift_suite.SHIFTS), available_presets())
+    return Listing(methods, dict(BROKEN), shared, protocol_help(), {dataset: ood_suite.known_for(dataset) for dataset
+                   in N_CLASSES}, dict(ood_suite.SETS), dict(shift_suite.SHIFTS), available_presets(), dict(ARCHITECTURES))
 
 
 def perf(preset: str | None = None, members: int | None = None, epochs: int = 5, batch_size: int | None = None,
          hidden: str | tuple[int, ...] | None = None, id_dataset: str | None = None, device: str = "auto",
          threads: int | None = None, skip_seed_loop: bool = False, networks: Iterable[int] | None = None,
          peak_size: int = 4096, data_dir: str | Path | None = None, out: str | Path = RESULTS,
-         log: Callable[[str], None] = print, step: str = "auto") -> pd.DataFrame:
-    """Time the training loop, exactly like ``python -m bench perf`` (bench.training.perf): the same
-    deep ensemble (no early stop) in the seed example's loop, this harness's loop and torch-uncertainty,
-    against the fp32 matmul peak, into OUT/perf.csv; ``networks`` (e.g. [1, 5, 25, 50]): instead one pack
-    of N one-member deep ensembles per N, into OUT/perf_packs.csv, its steps run as ``step`` says
-    (auto, eager or graph: bench.training.graphs). Returns the table. ``preset``: the
-    work's MLP, batch size, dataset and deep-ensemble members; the other arguments override it."""
+         log: Callable[[str], None] = print, step: str = "auto", arch: str | None = None) -> pd.DataFrame:
+    """Time the training loop, exactly like ``python -m bench perf`` (bench.training.perf), into OUT/perf.csv;
+    ``networks`` (e.g. [1, 5, 25]): packs of N one-member deep ensembles per N, their steps run as ``step``
+    says, into OUT/perf_packs.csv (an image ``arch``: beside a plain loop of torch modules, into
+    perf_packs_<arch>.csv). Returns the table. ``preset``: the work's shape; the arguments override it."""
     values = load_preset(preset)[1] if preset else {}
-    shape = {k: v for k, v in values.get("protocol", {}).items() if k in ("batch_size", "hidden", "id_dataset")}
-    given = {"batch_size": batch_size, "hidden": hidden, "id_dataset": id_dataset}
-    protocol = make_protocol({**shape, **{k: v for k, v in given.items() if v is not None}, "epochs": epochs})
+    shape = {k: v for k, v in values.get("protocol", {}).items() if k in ("batch_size", "hidden", "id_dataset", "arch")}
+    given = {"batch_size": batch_size, "hidden": hidden, "id_dataset": id_dataset, "arch": arch}
+    protocol = make_protocol(overridden(shape, {**{k: v for k, v in given.items() if v is not None}, "epochs": epochs}))
+    if protocol.arch != "mlp" and networks is None:  # the seed-loop comparison is the MLP's
+        raise ConfigError(f"arch={protocol.arch}: perf times it with --networks N[,N...] (beside a plain torch loop)")
     members = members or values.get("method_options", {}).get("deep_ensemble", {}).get("members", 3)
     members = make_run_config("deep_ensemble", {"members": members}, protocol, 0).method_options["members"]
     execution = make_execution({"device": device, "threads": threads, "step": step})
@@ -439,7 +439,7 @@ def perf(preset: str | None = None, members: int | None = None, epochs: int = 5,
     root = resolve_data_dir(data_dir)
     load_images(root, protocol.id_dataset, True, download=False)  # one clear line if the data is missing
     work = Work(members=members, epochs=protocol.epochs, batch_size=protocol.batch_size, hidden=protocol.hidden,
-                dataset=protocol.id_dataset, preset=preset or "", **peak)
+                dataset=protocol.id_dataset, arch=protocol.arch, preset=preset or "", **peak)
     if networks is not None:
         return run_pack_perf(work, root, Path(out), execution.torch_device(), networks, log=log, step=step)
     return run_perf(work, root, Path(out), execution.torch_device(), skip_seed_loop, log=log)

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from bench.errors import ConfigError
 from bench.evaluation.calibration import fit_temperature
-from bench.models.registry import ArchSpec
+from bench.models.registry import ARCHITECTURES, ArchSpec
 from bench.models.stacked import StackedNetwork
 from bench.options import choice
 
@@ -139,6 +139,9 @@ class Method:
     capturable: ClassVar[bool] = False
     # why temperature=fit is refused, if it is (the predictive is no softmax of the logits T would scale)
     temperature_unsupported: ClassVar[str] = ""
+    # the architecture's layer kind the method's model is made of (bench.models.registry.LAYER_KINDS): a
+    # protocol whose architecture does not build it is refused in check_protocol
+    layers: ClassVar[str] = "members"
 
     @classmethod
     def capturable_steps(cls) -> bool:
@@ -184,6 +187,10 @@ class Method:
             raise ConfigError(f"{what}: checkpoint={self.checkpoint} needs a validation split; set val_size > 0")
         if self.temperature == "fit" and protocol.val_size == 0:
             raise ConfigError(f"{what}: temperature=fit needs a validation split; set val_size > 0")
+        arch = ARCHITECTURES[protocol.arch]
+        if self.layers not in arch.layers:
+            raise ConfigError(f"{what}: its networks are {self.layers} layers, and arch={arch.name} builds "
+                              f"{', '.join(arch.layers)} only")
 
     @property
     def n_networks(self) -> int:

@@ -27,6 +27,7 @@ class BatchEnsemble(Method):
     joint = True
     capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
     packable = True  # runs of one member count pack across seeds: W on a run axis (BatchEnsembleNet.stack)
+    layers = "batch_ensemble"
 
     members: int = option(4, **MEMBERS_OPTION)
     rank1_init: str = choice("normal", ("normal", "random_sign"),
@@ -38,4 +39,4 @@ class BatchEnsemble(Method):
 
     def build_model(self, seed: int, member_ids: list[int], arch: ArchSpec) -> BatchEnsembleNet:
         # the architecture's BatchEnsemble layers (dense and convolutional): shared W, rank-1 factors
-        return arch.build(seed, member_ids, layers="batch_ensemble", rank1_init=self.rank1_init)
+        return arch.build(seed, member_ids, layers=self.layers, rank1_init=self.rank1_init)

@@ -29,6 +29,7 @@ class PackedEnsemble(Method):
     joint = True
     capturable = True  # its step reads nothing back and draws nothing on the host (bench.training.graphs)
     packable = True  # runs of one member count, alpha and gamma pack across seeds (the stacked model's stack)
+    layers = "packed"
 
     members: int = option(4, **MEMBERS_OPTION)
     alpha: float = option(2.0, parse=parse_float, check=lambda v: 0 < v < float("inf"), allowed="a number > 0",
@@ -48,4 +49,4 @@ class PackedEnsemble(Method):
 
     def build_model(self, seed: int, member_ids: list[int], arch: ArchSpec) -> StackedNetwork:
         # the architecture's packed layers: narrow members, every layer after the first in gamma groups
-        return arch.build(seed, member_ids, layers="packed", alpha=self.alpha, gamma=self.gamma)
+        return arch.build(seed, member_ids, layers=self.layers, alpha=self.alpha, gamma=self.gamma)

@@ -26,6 +26,9 @@ def run(_args: argparse.Namespace) -> int:
     print("options every method has:")
     for option in listed.shared_options:
         print(f"      {_option(*option)}")
+    print("architectures (--arch; the protocol values each takes, beside init):")
+    for name, arch in listed.architectures.items():
+        print(f"  {name}: {arch.summary}; options: {', '.join('--' + o for o in arch.options) or 'none'}")
     print("protocol values (flags of `run`):")
     for name, *rest in listed.protocol:
         print(f"  {_option('--' + name.replace('_', '-'), *rest)}")

@@ -25,6 +25,10 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
     perf.add_argument("--epochs", default="5", help="epochs (fixed: no early stop)")
     perf.add_argument("--batch-size", help="mini-batch size (default 256, or the preset's)")
     perf.add_argument("--hidden", help="hidden widths of the MLP (default 256-256, or the preset's)")
+    perf.add_argument("--arch", help="architecture (default mlp, or the preset's; `python -m bench list`); an image "
+                      "architecture such as lenet5 or lenet5_same is timed with --networks, each pack beside (g) the "
+                      "same networks as ordinary torch modules trained one after another in each step, into "
+                      "OUT/perf_packs_<arch>.csv")
     perf.add_argument("--id-dataset", help="mnist or fashion_mnist (default mnist, or the preset's)")
     perf.add_argument("--device", default="auto", help="device of the harness loop: auto, cpu, cuda, cuda:N")
     perf.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
@@ -46,9 +50,11 @@ def run(args: argparse.Namespace) -> int:
     networks = _networks(args.networks) if args.networks else None
     table = api.perf(args.preset, args.members, args.epochs, args.batch_size, args.hidden, args.id_dataset,
                      args.device, args.threads, args.skip_seed_loop, networks, args.peak_size, args.data_dir, args.out,
-                     step=args.step)
+                     step=args.step, arch=args.arch)
     print(format_perf(table) if networks is None else format_pack_perf(table))
-    print(f"wrote {Path(args.out) / ('perf.csv' if networks is None else 'perf_packs.csv')}")
+    arch = table["arch"].iloc[0] if "arch" in table else "mlp"
+    name = "perf.csv" if networks is None else ("perf_packs.csv" if arch == "mlp" else f"perf_packs_{arch}.csv")
+    print(f"wrote {Path(args.out) / name}")
     return 0
 
 

@@ -10,9 +10,9 @@ Two variants (``LENET5``, ``LENET5_SAME``, registered in ``bench.models.registry
 
 How the members compute (measured on the 2-core CPU, docs/performance.md): the convolutions run
 member by member (each member's batch through ``F.conv2d`` with its own kernels), which oneDNN runs
-at a high share of the machine's peak, and a member's result never depends on how many members sit
-beside it (packs stay bitwise equal to runs trained alone); the dense layers run stacked, one
-batched matmul for all members. ``groups`` > 1 (Packed-Ensembles' gamma) splits every layer after
+at a high share of the machine's peak, and so do the dense layers (``addmm`` over all threads); a
+member's result never depends on how many members sit beside it, so packs stay bitwise equal to runs
+trained alone. ``groups`` > 1 (Packed-Ensembles' gamma) splits every layer after
 the first into that many groups: grouped convolutions, block-diagonal dense weights.
 
 MC dropout: dropout acts on the dense layers' inputs (the flattened convolutional features and each
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.stacked import StackedNetwork, group_mask, init_bounds, member_linear
+from bench.models.stacked import StackedNetwork, group_mask, init_bounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +154,10 @@ class StackedLeNet(StackedNetwork):
                 h = dropout(layer + 1, h)
             elif dropout and self.dropout > 0:
                 h = F.dropout(h, self.dropout, training=True)
-            h = member_linear(h, self.dense_weight(layer)[a:b], bias[a:b], per_network=True)
+            # member by member (addmm over all threads), as the convolutions: a member's result never depends
+            # on the members beside it (a batched matmul of one member rounds unlike one of several)
+            weight = self.dense_weight(layer)
+            h = torch.stack([torch.addmm(bias[a + i], h[i], weight[a + i]) for i in range(b - a)])
         return h
 
     def as_module(self, member: int) -> nn.Sequential:

@@ -103,11 +103,13 @@ class NetworkCost:
 class Architecture:
     """A registered architecture: ``build(spec, members, layers, dropout, per_network_kernels,
     **layer_options)`` returns an uninitialised stacked model; ``options``: the protocol values it
-    reads; ``any_rows``: it reads rows of any width (the MLP), not only its images."""
+    reads; ``layers``: the layer kinds it builds; ``any_rows``: it reads rows of any width (the MLP),
+    not only its images."""
     name: str
     summary: str
     build: Callable[..., nn.Module]
     options: tuple[str, ...] = ()
+    layers: tuple[str, ...] = LAYER_KINDS
     any_rows: bool = False
 
 

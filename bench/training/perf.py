@@ -6,7 +6,10 @@
 (c) the machine's fp32 matrix-multiply peak (torch.mm on large square matrices);
 (d) torch-uncertainty's deep ensemble, when that optional peer is installed;
 (e) with --networks: packs of N one-member networks (after one untimed epoch of the smallest pack,
-which takes the first-call costs), and (f) their batched matmuls alone.
+which takes the first-call costs), and (f) their batched matmuls alone; for an image architecture
+(--arch lenet5 ...) instead of (f): (g) the obvious alternative, N ordinary torch modules of that
+architecture trained one after another in each step, each with its own Adam, on the same in-memory
+data (a plain per-member loop).
 
 Every path trains the same members x epochs x batches of MNIST's 60,000 training images with the
 same MLP, Adam and cross-entropy, with no early stop. Times vary from run to run on a shared
@@ -28,6 +31,7 @@ from torch.utils.data import DataLoader
 from bench.config import make_protocol
 from bench.data.files import dataset_class
 from bench.data.loaders import load_benchmark_data
+from bench.models.registry import ArchSpec
 from bench.models.stacked import training_flops_per_sample
 from bench.options import option, parse_int
 from bench.training.loop import train, train_pack
@@ -44,6 +48,7 @@ class Work:
     hidden: tuple[int, ...] = (256, 256)
     lr: float = 1e-3
     dataset: str = "mnist"
+    arch: str = "mlp"
     preset: str = ""  # where the shape came from, if a preset
     peak_size: int = option(4096, parse_int, "an integer >= 1", check=lambda v: v >= 1,
                             help="matrix size n of the n x n torch.mm peak test")
@@ -51,10 +56,21 @@ class Work:
     def sizes(self, in_features: int = 784, classes: int = 10) -> list[int]:
         return [in_features, *self.hidden, classes]
 
+    def protocol(self, epochs: int | None = None):
+        """The protocol of the timed training: the work's shape, no validation split, no early stop."""
+        shape = {"hidden": list(self.hidden)} if self.arch == "mlp" else {"arch": self.arch}
+        return make_protocol({"id_dataset": self.dataset, "val_size": 0, **shape, "epochs": epochs or self.epochs,
+                              "batch_size": self.batch_size, "lr": self.lr, "early_stop_acc": None})
+
+    @property
+    def spec(self) -> ArchSpec:
+        return self.protocol().arch_spec
+
 
 def training_flops(work: Work, samples: int) -> float:
-    """Matmul FLOPs of training, counted from the layer shapes (bench.models.training_flops_per_sample)."""
-    return float(training_flops_per_sample(work.sizes())) * samples * work.members * work.epochs
+    """FLOPs of training, counted from the layer shapes (the architecture's training_flops_per_sample;
+    the MLP's: bench.models.stacked.training_flops_per_sample)."""
+    return float(work.spec.cost().training_flops_per_sample) * samples * work.members * work.epochs
 
 
 def matmul_peak_gflops(n: int = 4096, repeats: int = 5, device: torch.device | str = "cpu") -> float:
@@ -108,9 +124,7 @@ def time_seed_loop(work: Work, root: Path, seed: int = 0) -> float:
 def time_harness_loop(work: Work, root: Path, device: torch.device, seed: int = 0) -> tuple[float, float]:
     """(b) bench.training.loop on the same work. Returns (train seconds, one-off data decode seconds)."""
     start = time.perf_counter()
-    protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
-                              "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
-                              "early_stop_acc": None})
+    protocol = work.protocol()
     data = load_benchmark_data(protocol, root, download=False)
     load_seconds = time.perf_counter() - start
     result = train(DeepEnsemble(members=work.members), protocol, data.train, data.n_classes, seed,
@@ -124,9 +138,7 @@ def time_pack(work: Work, root: Path, device: torch.device, networks: int, step:
     """(e) one pack of ``networks`` one-member deep ensembles (seeds 0..networks-1) trained as one
     stacked computation (bench.training.loop.train_pack), its steps run as ``step`` says. Returns the
     training seconds and how the steps ran (eager or graph)."""
-    protocol = make_protocol({"id_dataset": work.dataset, "val_size": 0, "hidden": list(work.hidden),
-                              "epochs": work.epochs, "batch_size": work.batch_size, "lr": work.lr,
-                              "early_stop_acc": None})
+    protocol = work.protocol()
     data = load_benchmark_data(protocol, root, download=False)
     methods = [DeepEnsemble(members=1)] * networks
     start = time.perf_counter()
@@ -164,10 +176,47 @@ def time_pack_matmuls(work: Work, device: torch.device, networks: int, steps: in
     return (time.perf_counter() - start) / steps
 
 
+def time_plain_loop(work: Work, root: Path, device: torch.device, networks: int) -> float:
+    """(g) ``networks`` ordinary torch modules of the work's architecture (each the ``as_module`` of a
+    one-member model of seed s, the pack's initial weights), trained one after another within each
+    step, each with its own fused Adam and data order, on the in-memory training rows: the obvious
+    way to train several CNNs. Returns the training seconds."""
+    protocol = work.protocol()
+    data = load_benchmark_data(protocol, root, download=False)
+    x, y = data.train.x.to(device), data.train.y.to(device)
+    modules = [protocol.arch_spec.build(s, [0]).to(device).as_module(0).train() for s in range(networks)]
+    optimizers = [torch.optim.Adam(m.parameters(), lr=work.lr, eps=protocol.adam_eps, fused=True) for m in modules]
+    generators = [torch.Generator(device).manual_seed(s) for s in range(networks)]
+    start = time.perf_counter()
+    for _ in range(work.epochs):
+        orders = [torch.randperm(len(y), generator=g, device=device) for g in generators]
+        for first in range(0, len(y), work.batch_size):
+            for module, optimizer, order in zip(modules, optimizers, orders):
+                idx = order[first:first + work.batch_size]
+                loss = nn.functional.cross_entropy(module(x[idx]), y[idx])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _speed_row(path: str, work: Work, n: int, seconds: float, samples: int, peak: float, **extra) -> dict:
+    steps = math.ceil(samples / work.batch_size) * work.epochs
+    flops = training_flops(dataclasses.replace(work, members=n), samples)
+    return {"path": path, "networks": n, **extra, "train_seconds": seconds, "step_ms": 1e3 * seconds / steps,
+            "network_epochs_per_second": n * work.epochs / seconds, "train_tflop": flops / 1e12,
+            "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak,
+            "fraction_of_peak": flops / seconds / 1e9 / peak}
+
+
 def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, networks: list[int],
                   log=print, step: str = "auto") -> pd.DataFrame:
     """(e) for each pack size: networks/s and the fraction of the matmul peak measured in this
-    process; (f) beside it, the fraction that the pack's matmuls alone reach."""
+    process; (f) beside it, the fraction that the pack's matmuls alone reach (the MLP), or (g) the
+    plain per-member loop timed alike (an image architecture). Written to OUT/perf_packs.csv (the
+    MLP) or OUT/perf_packs_<arch>.csv."""
     samples = len(dataset_class(work.dataset)(root=str(root), train=True, download=False))
     log("measuring (c) fp32 matmul peak ...")
     peak = matmul_peak_gflops(work.peak_size, device=device)
@@ -176,23 +225,25 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
     log(f"warm-up: an untimed epoch of a pack of {min(networks)} networks ...")
     time_pack(dataclasses.replace(work, epochs=1), root, device, min(networks), step)
     rows = []
-    steps_per_epoch = math.ceil(samples / work.batch_size)
     for n in networks:
         log(f"timing (e) a pack of {n} networks ...")
         seconds, how = time_pack(work, root, device, n, step)
-        flops = training_flops(dataclasses.replace(work, members=n), samples)
-        step_flops = training_flops_per_sample(work.sizes()) * work.batch_size * n
-        matmuls_only = step_flops / time_pack_matmuls(work, device, n) / 1e9
-        rows.append({"path": "pack", "networks": n, "step": how, "train_seconds": seconds,
-                     "step_ms": 1e3 * seconds / (steps_per_epoch * work.epochs),
-                     "network_epochs_per_second": n * work.epochs / seconds, "train_tflop": flops / 1e12,
-                     "achieved_gflops": flops / seconds / 1e9, "matmul_peak_gflops": peak,
-                     "fraction_of_peak": flops / seconds / 1e9 / peak,
-                     "matmuls_only_gflops": matmuls_only, "matmuls_only_fraction_of_peak": matmuls_only / peak})
-        log(f"  {n} networks: {seconds:.1f} s, {rows[-1]['fraction_of_peak']:.1%} of peak "
-            f"(its matmuls alone: {rows[-1]['matmuls_only_fraction_of_peak']:.1%})")
+        row = _speed_row("pack", work, n, seconds, samples, peak, step=how)
+        if work.arch == "mlp":
+            step_flops = training_flops_per_sample(work.sizes()) * work.batch_size * n
+            matmuls_only = step_flops / time_pack_matmuls(work, device, n) / 1e9
+            row.update(matmuls_only_gflops=matmuls_only, matmuls_only_fraction_of_peak=matmuls_only / peak)
+            log(f"  {n} networks: {seconds:.1f} s, {row['fraction_of_peak']:.1%} of peak "
+                f"(its matmuls alone: {row['matmuls_only_fraction_of_peak']:.1%})")
+            rows.append(row)
+            continue
+        log(f"  {n} networks: {seconds:.1f} s, {row['fraction_of_peak']:.1%} of peak; timing (g) the plain loop ...")
+        plain = _speed_row("plain_loop", work, n, time_plain_loop(work, root, device, n), samples, peak, step="eager")
+        log(f"  {n} plain modules: {plain['train_seconds']:.1f} s, {plain['fraction_of_peak']:.1%} of peak")
+        rows += [row, plain]
     table = pd.DataFrame(rows).assign(device=str(device))
-    return _save(table, work, out_dir / "perf_packs.csv", skip=("members",))  # a pack row has its networks
+    name = "perf_packs.csv" if work.arch == "mlp" else f"perf_packs_{work.arch}.csv"
+    return _save(table, work, out_dir / name, skip=("members",) + (("hidden",) if work.arch != "mlp" else ()))
 
 
 def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -208,14 +259,16 @@ def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = (
 
 
 def format_pack_perf(table: pd.DataFrame) -> str:
-    lines = [f"{'networks':>8} {'step':>6} {'train s':>8} {'ms/step':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} "
-             f"{'of peak':>8} {'matmuls alone':>14}"]
+    alone = "matmuls_only_fraction_of_peak" in table
+    lines = [f"{'path':>10} {'networks':>8} {'step':>6} {'train s':>8} {'ms/step':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} "
+             f"{'of peak':>8}" + (f" {'matmuls alone':>14}" if alone else "")]
     for _, r in table.iterrows():
-        lines.append(f"{r['networks']:>8} {str(r['step'])[:6]:>6} {r['train_seconds']:>8.1f} {r['step_ms']:>8.3f} "
-                     f"{r['network_epochs_per_second']:>13.2f} {r['achieved_gflops']:>8.1f} {r['fraction_of_peak']:>8.1%} "
-                     f"{r['matmuls_only_fraction_of_peak']:>14.1%}")
+        lines.append(f"{r['path']:>10} {r['networks']:>8} {str(r['step'])[:6]:>6} {r['train_seconds']:>8.1f} "
+                     f"{r['step_ms']:>8.3f} {r['network_epochs_per_second']:>13.2f} {r['achieved_gflops']:>8.1f} "
+                     f"{r['fraction_of_peak']:>8.1%}" + (f" {r['matmuls_only_fraction_of_peak']:>14.1%}" if alone else ""))
     lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s (measured in this process); "
-                 "matmuls alone: the pack's batched matmuls of one step, without anything around them")
+                 + ("matmuls alone: the pack's batched matmuls of one step, without anything around them" if alone else
+                    "plain_loop: the same networks as ordinary torch modules, one after another in each step"))
     return "\n".join(lines)
 
 
