@@ -386,3 +386,29 @@ def test_a_folder_with_fp32_and_bf16_runs_reports_them_apart(tiny_data, tmp_path
     assert len(runs) == 2 and sorted(runs["precision"].fillna("")) == ["", "bf16"]  # fp32: implicit
     summary = (tmp_path / "summary.md").read_text()
     assert "precision=bf16" in summary and "precision=fp32" in summary  # two protocol sections
+
+
+# LeNet-5 members: the same device-resident epoch (nothing read back in the steps) and, on a GPU, the same
+# captured step as the MLP's
+LENET = make_protocol({"arch": "lenet5", "epochs": 2, "batch_size": 16, "early_stop_acc": 0.8, "val_size": 16})
+LENET_TRAIN, LENET_VAL = toy_split(48, 784, 3, seed=1), toy_split(16, 784, 3, seed=2)
+
+
+@pytest.mark.parametrize("name", ["deep_ensemble", "mc_dropout", "mod", "batch_ensemble", "packed_ensemble", "mimo"])
+def test_a_lenet_epoch_reads_back_once_at_its_end(name, reads_per_phase):
+    method = REGISTRY[name](checkpoint="best")
+    train(method, LENET, LENET_TRAIN, 3, seed=0, progress=False, val=LENET_VAL)
+    assert reads_per_phase and all(reads == (0 if phase == "steps" else 1) for phase, reads in reads_per_phase)
+
+
+@CUDA
+@pytest.mark.parametrize("name", ["deep_ensemble", "dare", "mc_dropout", "rde", "batch_ensemble", "packed_ensemble",
+                                  "mimo", "swag"])
+def test_a_lenet_step_replays_bitwise_as_eager_steps(name):
+    method = REGISTRY[name](**({} if REGISTRY[name].fixed_schedule else {"checkpoint": "best"}))
+    kw = dict(progress=False, val=LENET_VAL, device="cuda")
+    graph = train(method, LENET, LENET_TRAIN, 3, seed=0, step="graph", **kw)
+    eager = train(method, LENET, LENET_TRAIN, 3, seed=0, step="eager", **kw)
+    assert graph.step == "graph" and eager.step == "eager"
+    assert all(torch.equal(p, q) for p, q in zip(graph.model.parameters(), eager.model.parameters()))
+    assert graph.history == eager.history

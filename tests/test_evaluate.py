@@ -192,3 +192,29 @@ def test_unusable_weights_and_bad_input_are_one_line(stored, tiny_data, tmp_path
     assert main(["evaluate", "--out", str(tmp_path / "nothing")]) == 2
     assert main(["evaluate", "--out", str(out), "--ood-sets", "mnist", "--data-dir", str(tiny_data)]) == 2
     assert "not known for in-distribution mnist" in capsys.readouterr().err
+
+
+def test_lenet_runs_are_scored_again_from_their_weights(tiny_data, tmp_path, capsys):
+    """`--arch lenet5`: run and ablate train LeNet-5 members, evaluate rebuilds them from their weights."""
+    out = tmp_path / "out"
+    grid = ["--seeds", "0", "--epochs", "1", "--val-size", "50", "--arch", "lenet5", "--early-stop-acc", "none",
+            "--no-download", "--no-plots", "-q", "-o", "members=2", "-o", "mc_dropout.passes=2",
+            "--methods", "deep_ensemble", "mc_dropout", "batch_ensemble", "laplace"]
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *grid, "--save-weights"]) == 0
+    before = _records(out)
+    assert {r["config"]["protocol"]["arch"] for r in before.values()} == {"lenet5"}
+    assert all("hidden" not in r["config"]["protocol"] for r in before.values())
+    capsys.readouterr()
+    assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q",
+                 "--ood-sets", "inverted", "--shifts", "rotation"]) == 0
+    assert "reproduced exactly for 4 of 4" in capsys.readouterr().out
+    after = _records(out)
+    for run_id, record in after.items():
+        assert record["evaluation"]["reproduced_stored_metrics"], record["variant"]
+        assert record["id_acc"] == before[run_id]["id_acc"] and record["id_nll_nats"] == before[run_id]["id_nll_nats"]
+        assert "auroc_pred_entropy_vs_inverted" in record and len(record["shifts"]) == 12
+    ablated = tmp_path / "ablated"
+    assert main(["ablate", "--data-dir", str(tiny_data), "--out", str(ablated), "--seeds", "0", "--epochs", "1",
+                 "--val-size", "50", "--arch", "lenet5", "--no-download", "--no-plots", "-q",
+                 "--methods", "deep_ensemble", "-o", "members=1,2"]) == 0
+    assert set(pd.read_csv(ablated / "runs.csv")["arch"]) == {"lenet5"}

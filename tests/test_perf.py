@@ -59,3 +59,23 @@ def test_perf_times_packs_of_each_size(tiny_data, tmp_path, capsys):
     assert row["matmuls_only_gflops"] > 0 and row["matmuls_only_fraction_of_peak"] > 0
     assert main(["perf", "--networks", "0,2", "--data-dir", str(tiny_data)]) == 2
     assert "--networks '0,2': expected integers >= 1" in capsys.readouterr().err
+
+
+def test_perf_times_lenet_packs_beside_a_plain_loop(tiny_data, tmp_path, capsys):
+    assert main(["perf", "--arch", "lenet5", "--networks", "1,2", "--epochs", "1", "--peak-size", "64",
+                 "--data-dir", str(tiny_data), "--out", str(tmp_path)]) == 0
+    assert "perf_packs_lenet5.csv" in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "perf_packs_lenet5.csv")
+    assert table[["path", "networks"]].values.tolist() == [["pack", 1], ["plain_loop", 1], ["pack", 2],
+                                                           ["plain_loop", 2]]
+    assert (table["train_seconds"] > 0).all() and (table["arch"] == "lenet5").all() and "hidden" not in table
+    # the same work on both paths: LeNet-5's 2,263,920 training FLOPs a sample (tests/test_architectures.py)
+    row = table.set_index(["path", "networks"]).loc[("plain_loop", 2)]
+    assert row["train_tflop"] == pytest.approx(2_263_920 * 300 * 2 / 1e12)
+    assert row["fraction_of_peak"] == pytest.approx(row["train_tflop"] * 1e3 / row["train_seconds"]
+                                                    / row["matmul_peak_gflops"])
+    assert (table["matmuls_only_fraction_of_peak"] > 0).all()
+    assert main(["perf", "--arch", "lenet5", "--data-dir", str(tiny_data), "--out", str(tmp_path)]) == 2
+    assert "arch=lenet5: perf times it with --networks" in capsys.readouterr().err
+    assert main(["perf", "--arch", "resnet", "--networks", "1", "--data-dir", str(tiny_data)]) == 2
+    assert "arch='resnet' is out of range; allowed: mlp or lenet5 or lenet5_same" in capsys.readouterr().err

@@ -143,22 +143,32 @@ class StackedLeNet(StackedNetwork):
         dropout and span as ``StackedMLP.forward``'s (a function's layer numbers: 1 for the conv features,
         then 2, 3, ... for each hidden dense layer)."""
         a, b = span or (0, self.members)
-        weights = [w[a:b].unbind(0) for w in self.conv_weights]  # unbind: one stack in the backward pass
-        biases = [c[a:b].unbind(0) for c in self.conv_biases]
-        h = torch.stack([self.features((x if x.dim() == 2 else x[i]).view(-1, *self.input_shape),
-                                       [w[i] for w in weights], [c[i] for c in biases]) for i in range(b - a)])
-        for layer, bias in enumerate(self.biases):
-            if layer > 0:
-                h = torch.relu(h)
-            if callable(dropout):
-                h = dropout(layer + 1, h)
-            elif dropout and self.dropout > 0:
-                h = F.dropout(h, self.dropout, training=True)
-            # member by member (addmm over all threads), as the convolutions: a member's result never depends
-            # on the members beside it (a batched matmul of one member rounds unlike one of several)
-            weight = self.dense_weight(layer)
-            h = torch.stack([torch.addmm(bias[a + i], h[i], weight[a + i]) for i in range(b - a)])
-        return h
+        # each member's parameters as views (unbind: the backward pass stacks their gradients once)
+        conv = list(zip(*(t[a:b].unbind(0) for t in (*self.conv_weights, *self.conv_biases))))
+        dense = list(zip(*(t[a:b].unbind(0) for t in (*map(self.dense_weight, range(len(self.biases))), *self.biases))))
+        images = [(x if x.dim() == 2 else x[i]).view(-1, *self.input_shape) for i in range(b - a)]
+        if callable(dropout) or (dropout and self.dropout > 0):  # dropout draws for all members' rows at once
+            h = torch.stack([self.features(im, p[:len(self.convs)], p[len(self.convs):]) for im, p in zip(images, conv)])
+            for layer in range(len(self.biases)):
+                h = torch.relu(h) if layer > 0 else h
+                h = dropout(layer + 1, h) if callable(dropout) else F.dropout(h, self.dropout, training=True)
+                h = torch.stack([self.dense(h[i], p, layer) for i, p in enumerate(dense)])
+            return h
+        # member by member, convolutions and dense layers alike (addmm over all threads): a member's result never
+        # depends on the members beside it (a batched matmul of one member rounds unlike one of several), and no
+        # tensor of every member's activations is made
+        out = []
+        for im, c, d in zip(images, conv, dense):
+            h = self.features(im, c[:len(self.convs)], c[len(self.convs):])
+            for layer in range(len(self.biases)):
+                h = self.dense(torch.relu(h) if layer > 0 else h, d, layer)
+            out.append(h)
+        return torch.stack(out)
+
+    def dense(self, h: torch.Tensor, params: list[torch.Tensor], layer: int) -> torch.Tensor:
+        """One member's dense layer ``layer`` on its rows (N, in); ``params``: its dense weights, then biases."""
+        layers = len(self.biases)
+        return torch.addmm(params[layers + layer], h, params[layer])
 
     def as_module(self, member: int) -> nn.Sequential:
         layers: list[nn.Module] = [nn.Unflatten(1, self.input_shape)]

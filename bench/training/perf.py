@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -202,6 +203,37 @@ def time_plain_loop(work: Work, root: Path, device: torch.device, networks: int)
     return time.perf_counter() - start
 
 
+def time_pack_kernels(work: Work, device: torch.device, networks: int, steps: int = 10) -> float:
+    """(f) for an image architecture: seconds per step of only the convolutions and dense matmuls that
+    one step of a pack of ``networks`` computes (each member's forward, weight gradient and input
+    gradient, the images' excepted), on random tensors of the training shapes, member by member as the
+    stacked LeNet runs them: the ceiling oneDNN's kernels put on the pack, without the pooling, ReLU,
+    loss and Adam around them."""
+    model = work.spec.build(0, [0]).to(device)
+    batch, sync = work.batch_size, torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    layers = []
+    for i, (conv, w) in enumerate(zip(model.convs, model.conv_weights)):
+        x = torch.randn(batch, conv.c_in, *conv.size_in, device=device, requires_grad=i > 0)
+        layers.append((lambda x, w, c: F.conv2d(x, w, padding=c.padding, groups=c.groups), x, w[0].detach().requires_grad_(), conv))
+    for i, w in enumerate(model.weights):
+        x = torch.randn(batch, w.shape[1], device=device, requires_grad=True)
+        layers.append((lambda x, w, c: x @ w, x, w[0].detach().requires_grad_(), None))
+
+    def step():
+        for _ in range(networks):
+            for forward, x, w, conv in layers:
+                out = forward(x, w, conv)
+                out.backward(torch.ones_like(out))
+
+    step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return (time.perf_counter() - start) / steps
+
+
 def _speed_row(path: str, work: Work, n: int, seconds: float, samples: int, peak: float, **extra) -> dict:
     steps = math.ceil(samples / work.batch_size) * work.epochs
     flops = training_flops(dataclasses.replace(work, members=n), samples)
@@ -229,16 +261,18 @@ def run_pack_perf(work: Work, root: Path, out_dir: Path, device: torch.device, n
         log(f"timing (e) a pack of {n} networks ...")
         seconds, how = time_pack(work, root, device, n, step)
         row = _speed_row("pack", work, n, seconds, samples, peak, step=how)
-        if work.arch == "mlp":
-            step_flops = training_flops_per_sample(work.sizes()) * work.batch_size * n
-            matmuls_only = step_flops / time_pack_matmuls(work, device, n) / 1e9
-            row.update(matmuls_only_gflops=matmuls_only, matmuls_only_fraction_of_peak=matmuls_only / peak)
-            log(f"  {n} networks: {seconds:.1f} s, {row['fraction_of_peak']:.1%} of peak "
-                f"(its matmuls alone: {row['matmuls_only_fraction_of_peak']:.1%})")
+        mlp = work.arch == "mlp"
+        step_flops = work.spec.cost().training_flops_per_sample * work.batch_size * n
+        kernels = step_flops / (time_pack_matmuls if mlp else time_pack_kernels)(work, device, n) / 1e9
+        row.update(matmuls_only_gflops=kernels, matmuls_only_fraction_of_peak=kernels / peak)
+        log(f"  {n} networks: {seconds:.1f} s, {row['fraction_of_peak']:.1%} of peak "
+            f"(its {'matmuls' if mlp else 'convolutions and matmuls'} alone: {row['matmuls_only_fraction_of_peak']:.1%})")
+        if mlp:
             rows.append(row)
             continue
-        log(f"  {n} networks: {seconds:.1f} s, {row['fraction_of_peak']:.1%} of peak; timing (g) the plain loop ...")
-        plain = _speed_row("plain_loop", work, n, time_plain_loop(work, root, device, n), samples, peak, step="eager")
+        log("  timing (g) the plain loop ...")
+        plain = _speed_row("plain_loop", work, n, time_plain_loop(work, root, device, n), samples, peak, step="eager",
+                           matmuls_only_gflops=kernels, matmuls_only_fraction_of_peak=kernels / peak)
         log(f"  {n} plain modules: {plain['train_seconds']:.1f} s, {plain['fraction_of_peak']:.1%} of peak")
         rows += [row, plain]
     table = pd.DataFrame(rows).assign(device=str(device))
@@ -260,6 +294,7 @@ def _save(table: pd.DataFrame, work: Work, path: Path, skip: tuple[str, ...] = (
 
 def format_pack_perf(table: pd.DataFrame) -> str:
     alone = "matmuls_only_fraction_of_peak" in table
+    mlp = "arch" not in table or table["arch"].iloc[0] == "mlp"
     lines = [f"{'path':>10} {'networks':>8} {'step':>6} {'train s':>8} {'ms/step':>8} {'net-epochs/s':>13} {'GFLOP/s':>8} "
              f"{'of peak':>8}" + (f" {'matmuls alone':>14}" if alone else "")]
     for _, r in table.iterrows():
@@ -267,7 +302,8 @@ def format_pack_perf(table: pd.DataFrame) -> str:
                      f"{r['step_ms']:>8.3f} {r['network_epochs_per_second']:>13.2f} {r['achieved_gflops']:>8.1f} "
                      f"{r['fraction_of_peak']:>8.1%}" + (f" {r['matmuls_only_fraction_of_peak']:>14.1%}" if alone else ""))
     lines.append(f"fp32 matmul peak: {table['matmul_peak_gflops'].iloc[0]:.1f} GFLOP/s (measured in this process); "
-                 + ("matmuls alone: the pack's batched matmuls of one step, without anything around them" if alone else
+                 + ("matmuls alone: the pack's batched matmuls of one step, without anything around them" if mlp else
+                    "matmuls alone: the step's convolutions and matmuls, without pooling, ReLU, loss and Adam; "
                     "plain_loop: the same networks as ordinary torch modules, one after another in each step"))
     return "\n".join(lines)
 
