@@ -231,7 +231,12 @@ class RunConfig:
 
 
 def make_protocol(values: dict[str, Any]) -> Protocol:
-    return Protocol(**validate(Protocol, values, "protocol"))
+    protocol = Protocol(**validate(Protocol, values, "protocol"))
+    given = sorted(set(values) & set(ARCH_OPTIONS) - set(ARCHITECTURES[protocol.arch].options))
+    if given:  # given at all, even at the default (check_options sees only the values)
+        raise ConfigError(f"protocol: {given[0]} is an option of another architecture; arch={protocol.arch} takes "
+                          f"{', '.join(ARCHITECTURES[protocol.arch].options) or 'no options'}")
+    return protocol
 
 
 def overridden(preset: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -235,9 +235,10 @@ def test_protocol_arch_values_and_refusals():
     message = str(unknown.value)
     assert "\n" not in message and "resnet" in message
     assert all(name in message for name in ARCHITECTURES)
-    with pytest.raises(ConfigError, match="hidden") as hidden:
-        make_protocol({"arch": "lenet5", "hidden": [100]})
-    assert "\n" not in str(hidden.value)
+    for widths in ([100], [256, 256]):  # given at all, the MLP's default widths too
+        with pytest.raises(ConfigError, match="hidden") as hidden:
+            make_protocol({"arch": "lenet5", "hidden": widths})
+        assert "\n" not in str(hidden.value)
     assert overridden({"hidden": [100, 100], "epochs": 3}, {"arch": "lenet5"}) == {"epochs": 3, "arch": "lenet5"}
     assert overridden({"hidden": [100, 100]}, {"arch": "mlp"}) == {"hidden": [100, 100], "arch": "mlp"}
     assert make_protocol(overridden({"hidden": [100, 100]}, {"arch": "lenet5"})).arch == "lenet5"

@@ -21,6 +21,7 @@ hidden dense layer), the convolutions are never dropped (Gal & Ghahramani's "len
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import torch
@@ -146,7 +147,7 @@ class StackedLeNet(StackedNetwork):
         # each member's parameters as views (unbind: the backward pass stacks their gradients once)
         conv = list(zip(*(t[a:b].unbind(0) for t in (*self.conv_weights, *self.conv_biases))))
         dense = list(zip(*(t[a:b].unbind(0) for t in (*map(self.dense_weight, range(len(self.biases))), *self.biases))))
-        images = [(x if x.dim() == 2 else x[i]).view(-1, *self.input_shape) for i in range(b - a)]
+        images = [(x if x.dim() == 2 else x[i]).reshape(-1, *self.input_shape) for i in range(b - a)]
         if callable(dropout) or (dropout and self.dropout > 0):  # dropout draws for all members' rows at once
             h = torch.stack([self.features(im, p[:len(self.convs)], p[len(self.convs):]) for im, p in zip(images, conv)])
             for layer in range(len(self.biases)):
@@ -169,6 +170,23 @@ class StackedLeNet(StackedNetwork):
         """One member's dense layer ``layer`` on its rows (N, in); ``params``: its dense weights, then biases."""
         layers = len(self.biases)
         return torch.addmm(params[layers + layer], h, params[layer])
+
+    def kernel_step(self, batch: int) -> Callable[[], None]:
+        device = self.conv_weights[0].device
+        layers = []
+        for i, (conv, weight) in enumerate(zip(self.convs, self.conv_weights)):
+            x = torch.randn(batch, conv.c_in, *conv.size_in, device=device, requires_grad=i > 0)
+            layers.append((functools.partial(F.conv2d, padding=conv.padding, groups=conv.groups), x,
+                           weight[0].detach().requires_grad_()))
+        for weight in self.weights:
+            layers.append((torch.mm, torch.randn(batch, weight.shape[1], device=device, requires_grad=True),
+                           weight[0].detach().requires_grad_()))
+
+        def step() -> None:
+            for forward, x, w in layers:
+                out = forward(x, w)
+                out.backward(torch.ones_like(out))
+        return step
 
     def as_module(self, member: int) -> nn.Sequential:
         layers: list[nn.Module] = [nn.Unflatten(1, self.input_shape)]

@@ -12,7 +12,7 @@ Every architecture builds its networks in three layer kinds, which the methods c
   (``BatchLinear`` / ``BatchConv2d``; ``bench.models.batch_ensemble``).
 
 Adding an architecture: a module with its stacked model (the ``StackedNetwork`` interface), one
-build function here and one entry (docs/methods.md, "Adding an architecture").
+build function here and one entry (docs/architectures.md, "Adding an architecture").
 """
 from __future__ import annotations
 

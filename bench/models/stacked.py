@@ -16,6 +16,7 @@ free reshape), the MLP reads them as they are. Outputs are logits (M, N, classes
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -131,6 +132,12 @@ class StackedNetwork(nn.Module):
     def activation_floats_per_sample(self) -> int:
         """Floats of one network's activations per sample (inputs, every layer's output): what a
         batch and the validation split cost in memory (``bench.training.packs.network_bytes``)."""
+        raise NotImplementedError
+
+    def kernel_step(self, batch: int) -> Callable[[], None]:
+        """One network's training-step kernels alone, on random tensors of the training shapes: each
+        conv and dense layer's forward, weight gradient and input gradient (none into the images),
+        without the element-wise work, loss and optimiser around them (``bench perf``'s ceiling)."""
         raise NotImplementedError
 
     @classmethod

@@ -39,7 +39,7 @@ def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
     cols = [c for c in PROTOCOL_COLUMNS if c in runs.columns]
     if runs.empty or not cols:
         return [ProtocolGroup("", "", "", runs)] if not runs.empty else []
-    values = runs[cols].copy()
+    values = runs[cols + (["preset"] if "preset" in runs else [])].copy()
     for field in dataclasses.fields(Protocol):  # an implicit value (precision) that older records lack: its default
         if field.metadata.get("implicit") and field.name in values:
             values[field.name] = values[field.name].fillna(field.default)
@@ -55,7 +55,8 @@ def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
         if extra:
             label += f" ({extra})"
         tag = "" if len(groups) == 1 else "_" + re.sub(r"[^A-Za-z0-9]+", "_", f"{presets} {first['id_dataset']} {extra}").strip("_")
-        details = ", ".join(f"{c}={first[c]}" for c in cols)
+        # a value the group's runs do not have (an architecture's option under another one: hidden) is not shown
+        details = ", ".join(f"{c}={first[c]}" for c in cols if not (isinstance(first[c], float) and math.isnan(first[c])))
         out.append(ProtocolGroup(label, tag, details, frame))
     tags = [g.tag for g in out]
     if len(set(tags)) < len(tags):  # equal slugs of different values: fall back to numbers
@@ -63,7 +64,7 @@ def protocol_groups(runs: pd.DataFrame) -> list[ProtocolGroup]:
             g.tag = f"_protocol{i + 1}"
     # the runs of a preset's own protocol keep the plain file names (comparison.png, ...); checks
     # that change a protocol value beside them (e.g. --preprocess raw) get the tagged ones
-    home = next((g for g in out if _is_presets_own(g.runs, cols)), None)
+    home = next((g for g in out if _is_presets_own(values.loc[g.runs.index], cols)), None)
     if home is not None:
         home.tag = ""
     return out
@@ -77,18 +78,19 @@ def _norm(value) -> str:
     return str(value)
 
 
-def _is_presets_own(runs: pd.DataFrame, cols: list[str]) -> bool:
-    """Whether these runs (one protocol) are of one shipped preset and have its protocol values."""
-    presets = set(map(str, runs.get("preset", [])))
+def _is_presets_own(values: pd.DataFrame, cols: list[str]) -> bool:
+    """Whether these runs' protocol values (one protocol; implicit ones filled in, with the preset
+    column) are of one shipped preset and are its protocol values."""
+    presets = set(map(str, values.get("preset", [])))
     if len(presets) != 1 or (preset := presets.pop()) not in available_presets():
         return False
     try:
         protocol = make_protocol(load_preset(preset)[1].get("protocol", {}))
     except BenchError:
         return False
-    own = dataclasses.asdict(protocol)
-    own.update(hidden="-".join(map(str, protocol.hidden)), ood_sets=" ".join(protocol.ood_sets))
-    first = runs.iloc[0]
+    own = {**dataclasses.asdict(protocol), "ood_sets": " ".join(protocol.ood_sets)}
+    own.update(hidden="-".join(map(str, protocol.hidden)) if "hidden" in protocol.as_dict() else None)
+    first = values.iloc[0]
     return all(_norm(first[c]) == _norm(own[c]) for c in cols)
 
 

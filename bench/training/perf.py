@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -33,7 +32,6 @@ from bench.config import make_protocol
 from bench.data.files import dataset_class
 from bench.data.loaders import load_benchmark_data
 from bench.models.registry import ArchSpec
-from bench.models.stacked import training_flops_per_sample
 from bench.options import option, parse_int
 from bench.training.loop import train, train_pack
 from methods.deep_ensemble import DeepEnsemble
@@ -205,25 +203,15 @@ def time_plain_loop(work: Work, root: Path, device: torch.device, networks: int)
 
 def time_pack_kernels(work: Work, device: torch.device, networks: int, steps: int = 10) -> float:
     """(f) for an image architecture: seconds per step of only the convolutions and dense matmuls that
-    one step of a pack of ``networks`` computes (each member's forward, weight gradient and input
-    gradient, the images' excepted), on random tensors of the training shapes, member by member as the
-    stacked LeNet runs them: the ceiling oneDNN's kernels put on the pack, without the pooling, ReLU,
+    one step of a pack of ``networks`` computes, network after network as the stacked model runs them
+    (the model's ``kernel_step``): the ceiling its kernels put on the pack, without the pooling, ReLU,
     loss and Adam around them."""
-    model = work.spec.build(0, [0]).to(device)
-    batch, sync = work.batch_size, torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    layers = []
-    for i, (conv, w) in enumerate(zip(model.convs, model.conv_weights)):
-        x = torch.randn(batch, conv.c_in, *conv.size_in, device=device, requires_grad=i > 0)
-        layers.append((lambda x, w, c: F.conv2d(x, w, padding=c.padding, groups=c.groups), x, w[0].detach().requires_grad_(), conv))
-    for i, w in enumerate(model.weights):
-        x = torch.randn(batch, w.shape[1], device=device, requires_grad=True)
-        layers.append((lambda x, w, c: x @ w, x, w[0].detach().requires_grad_(), None))
+    kernels = work.spec.build(0, [0]).to(device).kernel_step(work.batch_size)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step():
         for _ in range(networks):
-            for forward, x, w, conv in layers:
-                out = forward(x, w, conv)
-                out.backward(torch.ones_like(out))
+            kernels()
 
     step()
     sync()
