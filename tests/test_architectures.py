@@ -348,3 +348,15 @@ def test_batch_ensemble_convs_share_one_weight_per_run(arch):
             torch.testing.assert_close(out[m], batch_ensemble_member_by_hand(a, m, 0, x))
         torch.testing.assert_close(pack(x), torch.cat([a(x), b(x)]))
         torch.testing.assert_close(pack(x)[3], batch_ensemble_member_by_hand(pack, 3, 1, x))
+
+
+def test_the_seed_lenet_preset_is_the_seed_protocol_on_lenet5():
+    from bench.config import load_preset
+    from bench.design.grid import expand_grid
+    (_, seed), (name, lenet) = load_preset("seed"), load_preset("seed-lenet")
+    assert {k: v for k, v in lenet.items() if k not in ("protocol", "out")} == \
+        {k: v for k, v in seed.items() if k not in ("protocol", "out")}
+    assert {k: v for k, v in seed["protocol"].items() if k != "hidden"} == \
+        {k: v for k, v in lenet["protocol"].items() if k != "arch"} and lenet["protocol"]["arch"] == "lenet5"
+    items = expand_grid(name, lenet, None, None, {})
+    assert len(items) == 70 and {item.protocol.arch for item in items} == {"lenet5"}  # 55 runs, 15 selections
