@@ -62,8 +62,10 @@ def format_ood_suite(table: pd.DataFrame) -> str:
 
 def table_level_rows(shift: pd.DataFrame) -> pd.DataFrame:
     """The rows of each shift at its table level (``Shift.table_level``: MNIST-C's severity; rotation 90°, translation 14 px)."""
-    return shift[[row.level == SHIFTS[row.shift].table_level if row.shift in SHIFTS else False
-                  for row in shift[["shift", "level"]].itertuples()]]
+    # a boolean Series: an empty list would select no columns instead of no rows (a folder scored under
+    # rotation alone has no MNIST-C row)
+    return shift[pd.Series([row.level == SHIFTS[row.shift].table_level if row.shift in SHIFTS else False
+                            for row in shift[["shift", "level"]].itertuples()], index=shift.index, dtype=bool)]
 
 
 def shift_summary(shift: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -80,7 +82,7 @@ def shift_summary(shift: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     corrupt = table_level_rows(shift[shift["family"] == "mnist_c"])
     shown = [m.name for m in shown_in(SHIFT_SUMMARY)]
     per_run = corrupt.groupby(["variant", "run_id"], sort=False)[shown].mean().reset_index()
-    for metric in shown:
+    for metric in shown if len(per_run) else ():
         parts.append(_by_variant(per_run, metric).assign(where="mnist_c", metric=metric))
     for family in ("rotation", "translation"):
         per_run = shift[shift["family"] == family].groupby(["variant", "run_id"], sort=False)["acc"].mean().reset_index()
