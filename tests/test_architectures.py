@@ -360,3 +360,21 @@ def test_the_seed_lenet_preset_is_the_seed_protocol_on_lenet5():
         {k: v for k, v in lenet["protocol"].items() if k != "arch"} and lenet["protocol"]["arch"] == "lenet5"
     items = expand_grid(name, lenet, None, None, {})
     assert len(items) == 70 and {item.protocol.arch for item in items} == {"lenet5"}  # 55 runs, 15 selections
+
+
+def test_an_architecture_is_one_file_that_the_registry_finds(tmp_path, monkeypatch):
+    import bench.models
+    from bench.models import registry
+    (tmp_path / "tiny_arch.py").write_text(
+        "from bench.models.mlp import StackedMLP\n"
+        "from bench.models.stacked import Architecture\n"
+        "def build(spec, members, layers, dropout, per_network_kernels, **options):\n"
+        "    return StackedMLP(members, spec.in_features, (4,), spec.n_classes, dropout, per_network_kernels)\n"
+        "ARCHITECTURES = (Architecture('tiny', 'a 4-unit MLP', build, layers=('members',)),)\n")
+    monkeypatch.setattr(bench.models, "__path__", [*bench.models.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "bench.models.tiny_arch", raising=False)
+    found = registry.discovered()
+    assert list(found)[0] == "mlp" and set(found) == {*ARCHITECTURES, "tiny"}
+    assert found["tiny"].layers == ("members",) and found["tiny"].build(ArchSpec.mlp(784, (4,), 10), 2, "members", 0.0,
+                                                                        False).members == 2
+    sys.modules.pop("bench.models.tiny_arch", None)

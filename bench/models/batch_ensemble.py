@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.lenet import ConvLayer
-from bench.models.stacked import init_bounds, stack_parameters, whole_runs
+from bench.models.stacked import ConvLayer, init_bounds, stack_parameters, whole_runs
 from bench.seeding import member_generator
 
 

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.stacked import StackedNetwork, group_mask, init_bounds
+from bench.models.batch_ensemble import BatchEnsembleNet
+from bench.models.stacked import Architecture, ConvLayer, StackedNetwork, group_mask, init_bounds, packed_width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,23 +50,6 @@ class LeNetShape:
 
 LENET5 = LeNetShape()
 LENET5_SAME = LeNetShape(paddings=(2, 2, 2))
-
-
-@dataclasses.dataclass(frozen=True)
-class ConvLayer:
-    """One convolution of a built network: channels in and out, padding, groups, pool after it,
-    and its input's and output's (before the pool) height and width."""
-    c_in: int
-    c_out: int
-    padding: int
-    groups: int
-    pool: bool
-    size_in: tuple[int, int]
-    size_out: tuple[int, int]
-
-    @property
-    def pooled(self) -> tuple[int, int]:
-        return (self.size_out[0] // 2, self.size_out[1] // 2) if self.pool else self.size_out
 
 
 def conv_layers(shape: LeNetShape, input_shape: tuple[int, int, int], groups: int) -> list[ConvLayer]:
@@ -232,3 +217,27 @@ def _draw(weight: torch.Tensor, bias: torch.Tensor, bounds: tuple[float, float |
         bias.zero_()
     else:
         bias.uniform_(-bias_bound, bias_bound, generator=generator)
+
+
+def build_lenet(shape: LeNetShape) -> Callable[..., nn.Module]:
+    """The build function of a LeNet-5 variant: ``spec`` (a bench.models.registry.ArchSpec) in layer kind ``layers``."""
+    def build(spec, members: int, layers: str, dropout: float, per_network_kernels: bool,
+              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal") -> nn.Module:
+        if layers == "packed":
+            narrow = shape.widened(lambda width: packed_width(width, alpha, members, gamma))
+            return StackedLeNet(members, spec.input_shape, spec.n_classes, narrow, groups=gamma)
+        if layers == "batch_ensemble":
+            convs = conv_layers(shape, spec.input_shape, 1)
+            features = convs[-1].c_out * math.prod(convs[-1].pooled)
+            return BatchEnsembleNet(members, [features, *shape.dense, spec.n_classes], 1, tuple(convs),
+                                    spec.input_shape, shape.kernel)
+        return StackedLeNet(members, spec.input_shape, spec.n_classes, shape, dropout)
+    return build
+
+
+ARCHITECTURES = (
+    Architecture("lenet5", "LeNet-5, textbook: conv 6@5x5 pad 2, pool, conv 16@5x5, pool, conv 120@5x5, dense 84, "
+                 "dense classes (61,706 parameters on MNIST)", build_lenet(LENET5)),
+    Architecture("lenet5_same", "LeNet-5 of uncertainty-baselines' baselines/mnist: every conv SAME-padded, conv 3 "
+                 "gives 120x7x7 before dense 84 (545,546 parameters on MNIST)", build_lenet(LENET5_SAME)),
+)

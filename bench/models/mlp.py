@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.stacked import StackedNetwork, group_mask, init_bounds, member_linear, training_flops_per_sample
+from bench.models.batch_ensemble import BatchEnsembleNet
+from bench.models.stacked import (Architecture, StackedNetwork, group_mask, init_bounds, member_linear, packed_width,
+                                 training_flops_per_sample)
 
 
 class StackedMLP(StackedNetwork):
@@ -140,3 +142,21 @@ class PackedMLP(StackedMLP):
     def layer_weight(self, layer: int) -> torch.Tensor:
         # the mask is applied in the forward pass too, so masked weights get no gradient and stay zero
         return self.weights[layer] * getattr(self, f"mask{layer}")
+
+
+def build_mlp(spec, members: int, layers: str, dropout: float, per_network_kernels: bool,
+              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal") -> nn.Module:
+    """The MLP of ``spec`` (a bench.models.registry.ArchSpec: its hidden widths) in layer kind ``layers``."""
+    hidden = tuple(spec.option("hidden"))
+    if layers == "packed":
+        widths = tuple(packed_width(w, alpha, members, gamma) for w in hidden)
+        return PackedMLP(members, spec.in_features, widths, spec.n_classes, gamma)
+    if layers == "batch_ensemble":
+        return BatchEnsembleNet(members, [spec.in_features, *hidden, spec.n_classes])
+    return StackedMLP(members, spec.in_features, hidden, spec.n_classes, dropout, per_network_kernels)
+
+
+ARCHITECTURES = (
+    Architecture("mlp", "ReLU MLP: input rows -> hidden widths -> classes", build_mlp, options=("hidden",),
+                 any_rows=True),
+)

@@ -1,7 +1,8 @@
-"""The architectures, by name, as timm registers its models: one small build function per
-architecture, an entry in ``ARCHITECTURES`` with the protocol values it reads (its options), and an
-``ArchSpec`` (the architecture, its options, the data's image shape and classes, the init rule) that
-builds a run's stacked model.
+"""The architectures, by name, as timm registers its models: each module of bench/models declares
+its architectures in a module-level ``ARCHITECTURES`` tuple of ``bench.models.stacked.Architecture``
+entries (a name, a summary, one small build function, the protocol values it reads), and this
+module collects them; an ``ArchSpec`` (the architecture, its options, the data's image shape and
+classes, the init rule) builds a run's stacked model.
 
 Every architecture builds its networks in three layer kinds, which the methods choose:
 
@@ -11,24 +12,23 @@ Every architecture builds its networks in three layer kinds, which the methods c
 * ``batch_ensemble``: members sharing each layer's weight, with rank-1 factors
   (``BatchLinear`` / ``BatchConv2d``; ``bench.models.batch_ensemble``).
 
-Adding an architecture: a module with its stacked model (the ``StackedNetwork`` interface), one
-build function here and one entry (docs/architectures.md, "Adding an architecture").
+Adding an architecture: one module in bench/models with its stacked model (the ``StackedNetwork``
+interface), its build function and its ``ARCHITECTURES`` entry (docs/architectures.md, "Adding an
+architecture").
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
-from typing import Any, Callable
+import pkgutil
+from typing import Any
 
 import torch
 from torch import nn
 
-from bench.models.batch_ensemble import BatchEnsembleNet
-from bench.models.lenet import LENET5, LENET5_SAME, LeNetShape, StackedLeNet, conv_layers
-from bench.models.mlp import PackedMLP, StackedMLP
-from bench.models.stacked import StackedNetwork, packed_width
-
-LAYER_KINDS = ("members", "packed", "batch_ensemble")
+import bench.models
+from bench.models.stacked import LAYER_KINDS, Architecture, StackedNetwork
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,52 +99,15 @@ class NetworkCost:
     activation_floats_per_sample: int
 
 
-@dataclasses.dataclass(frozen=True)
-class Architecture:
-    """A registered architecture: ``build(spec, members, layers, dropout, per_network_kernels,
-    **layer_options)`` returns an uninitialised stacked model; ``options``: the protocol values it
-    reads; ``layers``: the layer kinds it builds; ``any_rows``: it reads rows of any width (the MLP),
-    not only its images."""
-    name: str
-    summary: str
-    build: Callable[..., nn.Module]
-    options: tuple[str, ...] = ()
-    layers: tuple[str, ...] = LAYER_KINDS
-    any_rows: bool = False
+def discovered() -> dict[str, Architecture]:
+    """Every architecture: the ``ARCHITECTURES`` entries of each module of bench/models, the MLP first."""
+    found = {}
+    for module in pkgutil.iter_modules(bench.models.__path__):
+        if f"bench.models.{module.name}" != __name__:  # this module's own table is what is being made
+            found.update((a.name, a) for a in getattr(importlib.import_module(f"bench.models.{module.name}"),
+                                                       "ARCHITECTURES", ()))
+    return dict(sorted(found.items(), key=lambda item: item[0] != "mlp"))  # the default first, then by module
 
 
-def mlp(spec: ArchSpec, members: int, layers: str, dropout: float, per_network_kernels: bool,
-        alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal") -> nn.Module:
-    hidden = tuple(spec.option("hidden"))
-    if layers == "packed":
-        widths = tuple(packed_width(w, alpha, members, gamma) for w in hidden)
-        return PackedMLP(members, spec.in_features, widths, spec.n_classes, gamma)
-    if layers == "batch_ensemble":
-        return BatchEnsembleNet(members, [spec.in_features, *hidden, spec.n_classes])
-    return StackedMLP(members, spec.in_features, hidden, spec.n_classes, dropout, per_network_kernels)
-
-
-def lenet(shape: LeNetShape) -> Callable[..., nn.Module]:
-    """The build function of a LeNet-5 variant."""
-    def build(spec: ArchSpec, members: int, layers: str, dropout: float, per_network_kernels: bool,
-              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal") -> nn.Module:
-        if layers == "packed":
-            narrow = shape.widened(lambda width: packed_width(width, alpha, members, gamma))
-            return StackedLeNet(members, spec.input_shape, spec.n_classes, narrow, groups=gamma)
-        if layers == "batch_ensemble":
-            convs = conv_layers(shape, spec.input_shape, 1)
-            features = convs[-1].c_out * math.prod(convs[-1].pooled)
-            return BatchEnsembleNet(members, [features, *shape.dense, spec.n_classes], 1, tuple(convs),
-                                    spec.input_shape, shape.kernel)
-        return StackedLeNet(members, spec.input_shape, spec.n_classes, shape, dropout)
-    return build
-
-
-ARCHITECTURES = {a.name: a for a in [
-    Architecture("mlp", "ReLU MLP: input rows -> hidden widths -> classes", mlp, options=("hidden",), any_rows=True),
-    Architecture("lenet5", "LeNet-5, textbook: conv 6@5x5 pad 2, pool, conv 16@5x5, pool, conv 120@5x5, dense 84, "
-                 "dense classes (61,706 parameters on MNIST)", lenet(LENET5)),
-    Architecture("lenet5_same", "LeNet-5 of uncertainty-baselines' baselines/mnist: every conv SAME-padded, conv 3 "
-                 "gives 120x7x7 before dense 84 (545,546 parameters on MNIST)", lenet(LENET5_SAME)),
-]}
+ARCHITECTURES = discovered()
 ARCH_OPTIONS = tuple(dict.fromkeys(o for a in ARCHITECTURES.values() for o in a.options))  # every architecture's

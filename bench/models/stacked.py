@@ -15,6 +15,7 @@ free reshape), the MLP reads them as they are. Outputs are logits (M, N, classes
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -92,6 +93,23 @@ def group_mask(n_in: int, n_out: int, groups: int) -> torch.Tensor:
     return (rows.unsqueeze(1) == cols.unsqueeze(0)).float()
 
 
+@dataclasses.dataclass(frozen=True)
+class ConvLayer:
+    """One convolution of a built network: channels in and out, padding, groups, pool after it,
+    and its input's and output's (before the pool) height and width."""
+    c_in: int
+    c_out: int
+    padding: int
+    groups: int
+    pool: bool
+    size_in: tuple[int, int]
+    size_out: tuple[int, int]
+
+    @property
+    def pooled(self) -> tuple[int, int]:
+        return (self.size_out[0] // 2, self.size_out[1] // 2) if self.pool else self.size_out
+
+
 def whole_runs(members: list[int], per_run: int, what: str) -> list[int]:
     """The runs whose members ``members`` are, each run's ``per_run`` members all of them, in order
     (how a pack's model with a run axis hands back a run's part); ValueError otherwise."""
@@ -99,6 +117,9 @@ def whole_runs(members: list[int], per_run: int, what: str) -> list[int]:
     if sorted(members) != [r * per_run + i for r in runs for i in range(per_run)]:
         raise ValueError(f"{what} takes whole runs' members")
     return runs
+
+
+LAYER_KINDS = ("members", "packed", "batch_ensemble")  # what an architecture may build (bench.models.registry)
 
 
 class StackedNetwork(nn.Module):
@@ -196,3 +217,17 @@ class MemberSlice:
 
     def __call__(self, x: torch.Tensor, dropout: bool = False) -> torch.Tensor:
         return self.model(x, dropout, span=(self.a, self.b))
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """A registered architecture: ``build(spec, members, layers, dropout, per_network_kernels,
+    **layer_options)`` returns an uninitialised stacked model; ``options``: the protocol values it
+    reads; ``layers``: the layer kinds it builds; ``any_rows``: it reads rows of any width (the MLP),
+    not only its images."""
+    name: str
+    summary: str
+    build: Callable[..., nn.Module]
+    options: tuple[str, ...] = ()
+    layers: tuple[str, ...] = LAYER_KINDS
+    any_rows: bool = False
