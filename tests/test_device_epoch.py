@@ -286,10 +286,15 @@ def test_graph_replay_trains_bitwise_as_eager_steps():
 @pytest.mark.parametrize("name", ["deep_ensemble", "anchor_net", "negcorr", "rde", "mc_dropout", "batch_ensemble",
                                   "packed_ensemble", "laplace", "swag", "snapshot_ensemble", "mimo", "mod"])
 def test_each_capturable_method_trains_bitwise_as_eager_steps_when_replayed(name):
+    assert_replays_bitwise(name, PROTOCOL, TRAIN, VAL)
+
+
+def assert_replays_bitwise(name, protocol, train_split, val):
+    """The method trained with its steps replayed from a CUDA graph, and eagerly: bitwise the same."""
     method = REGISTRY[name](**({} if REGISTRY[name].fixed_schedule else {"checkpoint": "best"}))
-    kw = dict(progress=False, val=VAL, device="cuda")
-    graph = train(method, PROTOCOL, TRAIN, 3, seed=0, step="graph", **kw)
-    eager = train(method, PROTOCOL, TRAIN, 3, seed=0, step="eager", **kw)
+    kw = dict(progress=False, val=val, device="cuda")
+    graph = train(method, protocol, train_split, 3, seed=0, step="graph", **kw)
+    eager = train(method, protocol, train_split, 3, seed=0, step="eager", **kw)
     assert graph.step == "graph" and eager.step == "eager"
     assert all(torch.equal(p, q) for p, q in zip(graph.model.parameters(), eager.model.parameters()))
     assert graph.history == eager.history
@@ -405,10 +410,4 @@ def test_a_lenet_epoch_reads_back_once_at_its_end(name, reads_per_phase):
 @pytest.mark.parametrize("name", ["deep_ensemble", "dare", "mc_dropout", "rde", "batch_ensemble", "packed_ensemble",
                                   "mimo", "swag"])
 def test_a_lenet_step_replays_bitwise_as_eager_steps(name):
-    method = REGISTRY[name](**({} if REGISTRY[name].fixed_schedule else {"checkpoint": "best"}))
-    kw = dict(progress=False, val=LENET_VAL, device="cuda")
-    graph = train(method, LENET, LENET_TRAIN, 3, seed=0, step="graph", **kw)
-    eager = train(method, LENET, LENET_TRAIN, 3, seed=0, step="eager", **kw)
-    assert graph.step == "graph" and eager.step == "eager"
-    assert all(torch.equal(p, q) for p, q in zip(graph.model.parameters(), eager.model.parameters()))
-    assert graph.history == eager.history
+    assert_replays_bitwise(name, LENET, LENET_TRAIN, LENET_VAL)

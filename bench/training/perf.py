@@ -154,7 +154,6 @@ def time_pack_matmuls(work: Work, device: torch.device, networks: int, steps: in
     random tensors of the training shapes: the ceiling the pack's kernels put on its speed, without
     the gathers, element-wise work, loss, Adam and autograd around them."""
     sizes, batch = work.sizes(), work.batch_size
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     layers = [(torch.randn(networks, batch, i, device=device), torch.randn(networks, i, o, device=device),
                torch.randn(networks, batch, o, device=device)) for i, o in zip(sizes[:-1], sizes[1:])]
 
@@ -165,14 +164,20 @@ def time_pack_matmuls(work: Work, device: torch.device, networks: int, steps: in
             if layer:
                 torch.bmm(g, w.transpose(1, 2))
 
-    for _ in range(3):
+    return seconds_per_call(step, device, steps, warmups=3)
+
+
+def seconds_per_call(step, device: torch.device, calls: int, warmups: int = 1) -> float:
+    """Seconds per call of ``step`` over ``calls`` calls, after ``warmups`` untimed ones (the device synchronised)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(warmups):
         step()
     sync()
     start = time.perf_counter()
-    for _ in range(steps):
+    for _ in range(calls):
         step()
     sync()
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / calls
 
 
 def time_plain_loop(work: Work, root: Path, device: torch.device, networks: int) -> float:
@@ -207,19 +212,11 @@ def time_pack_kernels(work: Work, device: torch.device, networks: int, steps: in
     (the model's ``kernel_step``): the ceiling its kernels put on the pack, without the pooling, ReLU,
     loss and Adam around them."""
     kernels = work.spec.build(0, [0]).to(device).kernel_step(work.batch_size)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step():
         for _ in range(networks):
             kernels()
-
-    step()
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return (time.perf_counter() - start) / steps
+    return seconds_per_call(step, device, steps)
 
 
 def _speed_row(path: str, work: Work, n: int, seconds: float, samples: int, **extra) -> dict:
