@@ -84,12 +84,6 @@ class Protocol:
         ood_sets.check_names(values["ood_sets"], values["id_dataset"], what)
         if len(set(values["ood_sets"])) < len(values["ood_sets"]):
             raise ConfigError(f"{what}: ood_sets={','.join(values['ood_sets'])} names a set twice")
-        arch = ARCHITECTURES[values["arch"]]
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        for name in ARCH_OPTIONS:
-            if name not in arch.options and values[name] != defaults[name]:
-                raise ConfigError(f"{what}: {name} is an option of another architecture; arch={arch.name} takes "
-                                  f"{', '.join(arch.options) or 'no options'}")
         return values
 
     @property
@@ -232,8 +226,10 @@ class RunConfig:
 
 def make_protocol(values: dict[str, Any]) -> Protocol:
     protocol = Protocol(**validate(Protocol, values, "protocol"))
+    # an option of another architecture, given at all (even at its default): the completed values that
+    # check_options sees could not tell it from an option left out
     given = sorted(set(values) & set(ARCH_OPTIONS) - set(ARCHITECTURES[protocol.arch].options))
-    if given:  # given at all, even at the default (check_options sees only the values)
+    if given:
         raise ConfigError(f"protocol: {given[0]} is an option of another architecture; arch={protocol.arch} takes "
                           f"{', '.join(ARCHITECTURES[protocol.arch].options) or 'no options'}")
     return protocol

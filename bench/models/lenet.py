@@ -1,7 +1,7 @@
 """LeNet-5 with members stacked on a leading axis: three 5x5 convolutions (ReLU, 2x2 max-pool after
 the first two), then dense layers, as ordinary ``nn.Conv2d`` / ``nn.Linear`` members would compute.
 
-Two variants (``LENET5``, ``LENET5_SAME``, registered in ``bench.models.registry``):
+Two variants (``LENET5``, ``LENET5_SAME``; their entries in ``ARCHITECTURES`` at the end of this module):
 
 * ``lenet5``, the textbook network: conv 6@5x5 padding 2, pool, conv 16@5x5, pool, conv 120@5x5
   (1x1 out), dense 84, dense classes: 61,706 parameters on 28x28 images;
