@@ -64,7 +64,12 @@ def test_a_duplicate_an_unknown_view_and_an_unknown_name_are_refused_in_one_line
 def test_the_evaluation_computes_what_the_catalog_says():
     rng = np.random.default_rng(0)
     probs, labels = rng.dirichlet(np.ones(3), size=(4, 30)), rng.integers(0, 3, 30)
-    assert list(prediction_metrics(probs, labels)) == ["id_acc", "id_nll_nats", "id_brier", "id_ece"]
+    metrics = prediction_metrics(probs, labels)
+    assert list(metrics) == ["id_acc", "id_nll_nats", "id_brier", "id_ece", "id_ece_10_bins"]
+    confidence, correct = probs.mean(axis=0).max(axis=1), probs.mean(axis=0).argmax(axis=1) == labels
+    by_hand = sum(abs(confidence[b].mean() - correct[b].mean()) * b.sum() / 30
+                  for b in [(confidence > lo / 10) & (confidence <= (lo + 1) / 10) for lo in range(10)] if b.any())
+    assert metrics["id_ece_10_bins"] == pytest.approx(by_hand)
     assert list(prediction_metrics(probs, labels, validation=True)) == ["val_acc", "val_nll_nats"]
     assert list(shift_metrics(probs, labels)) == ["acc", "nll_nats", "brier", "ece", "pred_entropy_bits",
                                                   "mutual_info_bits", "augrc"]
