@@ -42,7 +42,7 @@ from bench.models.registry import ARCHITECTURES, Architecture
 from bench.options import describe, validate
 from bench.provenance import stamp
 from bench.reporting import star_tables
-from bench.reporting.paper import load_published
+from bench.reporting.published import load_published
 from bench.reporting.report import report_folder, report_paper_table, write_bootstrap
 from bench.store import RunStore, append_csv
 from bench.tables import config_columns, id_datasets, summarize, without_candidates
@@ -343,13 +343,12 @@ def report(out: str | Path, plots: bool = True, bootstrap: int = 0, bootstrap_se
     return Reported(files + ([store.out / "bootstrap.csv"] if bootstrap else []), table)
 
 
-def paper_table(out: str | Path, published: str = "dare_table3", in_distribution: str | None = None,
+def paper_table(out: str | Path, published: str | None = None, in_distribution: str | None = None,
                 echo: Callable[[str], None] = print, warn: Callable[[str], None] = _warning) -> list[Path]:
-    """The runs of a results folder beside a published table, exactly like ``python -m bench
-    paper-table`` (bench.reporting.paper): OUT/paper_table.csv, .md and .png. ``published``: a
-    table's name or a CSV path; ``in_distribution``: default, the one in OUT. ``echo`` gets the
-    table, ``warn`` a line per corrupt record. Returns the files written."""
-    load_published(published)  # a bad name fails before anything is read
+    """The runs of a results folder beside a published table, as ``python -m bench paper-table``:
+    OUT/paper_table.csv, .md, .png. ``published``: a name or CSV path (default: the folder's preset's
+    compare_to); ``in_distribution``: default, OUT's. ``warn``: a line per corrupt record."""
+    load_published(published) if published else None  # a bad name fails before anything is read
     store, runs, keys = _tables(out, warn)
     runs = without_candidates(runs)
     return report_paper_table(store, runs, summarize(runs, keys), published, in_distribution, echo=echo)

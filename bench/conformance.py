@@ -77,7 +77,7 @@ def check_method(cls: type[Method], options: dict | None = None, arch: str = "ml
     assert logits.shape == (members, 16, N_CLASSES), f"{name}: training logits have shape {tuple(logits.shape)}"
     task = method.task_loss(logits, yb)
     assert task.shape == (members,) and torch.isfinite(task).all(), f"{name}: task loss is not finite of shape (M,)"
-    penalty = method.penalty(model, task, Batch(x_in, yb, logits, state))
+    penalty = method.penalty(model, task, Batch(x_in, yb, logits, state, train_size=len(train_split.y)))
     if penalty is not None:
         assert isinstance(penalty, torch.Tensor), f"{name}: penalty is not a tensor"
         assert penalty.shape == (members,), f"{name}: penalty has shape {tuple(penalty.shape)}, not ({members},)"

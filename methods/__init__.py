@@ -35,10 +35,12 @@ from methods.rde import RDE
 from methods.single_network import SingleNetwork
 from methods.snapshot_ensemble import SnapshotEnsemble
 from methods.swag import SWAG
+from methods.vi import VariationalInference
 
 ENTRY_POINT_GROUP = "dare_bench.methods"
 _BUILTIN: tuple[type[Method], ...] = (DeepEnsemble, DARE, MCDropout, SingleNetwork, AnchorNet, MOD, NegCorr, RDE,
-                                      BatchEnsemble, PackedEnsemble, MIMO, SWAG, LaplaceEnsemble, SnapshotEnsemble)
+                                      BatchEnsemble, PackedEnsemble, MIMO, SWAG, LaplaceEnsemble, SnapshotEnsemble,
+                                      VariationalInference)
 REGISTRY: dict[str, type[Method]] = {}
 SOURCES: dict[str, str] = {}  # name -> where it came from
 _plugin_files: dict[Path, list[str]] = {}  # resolved plugin path -> the names it registered

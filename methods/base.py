@@ -67,6 +67,7 @@ class Batch:
     logits: torch.Tensor   # (M, B, K), with the graph: a penalty may differentiate through it
     state: Any = None      # what the method's ``prepare`` returned (``stack_states`` of a pack's runs)
     runs: int = 1          # a pack of joint runs: this many runs' members, in equal consecutive groups
+    train_size: int = 0    # rows of the training split (a whole-data term per row, as VI's KL / N, reads it)
 
     def run_parts(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """A tensor stacked on the member axis, split into each run's members (views). A joint

@@ -11,7 +11,7 @@ from bench.config import load_preset
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--methods", "nope"], "unknown method 'nope' (registered: deep_ensemble, dare, mc_dropout, single_network, anchor_net, mod, negcorr, rde, batch_ensemble, packed_ensemble, mimo, swag, laplace, snapshot_ensemble)"),
+    (["--methods", "nope"], "unknown method 'nope' (registered: deep_ensemble, dare, mc_dropout, single_network, anchor_net, mod, negcorr, rde, batch_ensemble, packed_ensemble, mimo, swag, laplace, snapshot_ensemble, vi)"),
     (["-o", "dare.threshold=-1"], "method dare: threshold='-1' is out of range; allowed: a finite number >= 0"),
     (["-o", "dare.threshold=inf"], "threshold='inf' is out of range"),
     (["-o", "members=0"], "members='0' is out of range; allowed: an integer >= 1"),

@@ -19,7 +19,8 @@ from bench.errors import ConfigError
 from bench.design.grid import expand_grid
 from bench.config import load_preset
 from bench.models.mlp import StackedMLP
-from bench.reporting.paper import build_paper_table, load_published
+from bench.reporting.paper import build_paper_table
+from bench.reporting.published import load_published
 from methods.base import Method, scaled_mse_loss
 from methods.dare import DARE
 from methods.deep_ensemble import eq35_distance
@@ -340,7 +341,15 @@ def test_paper_table_puts_each_row_beside_its_published_row_in_units_of_the_publ
     assert math.isnan(cifar["harness_mean"]) and cifar["paper_mean"] == 97.7
     mc = table.loc[("MC dropout", "AUROC vs mnist")]  # not in the paper: harness only
     assert mc["harness_mean"] == pytest.approx(70.0) and mc["harness_n"] == 4 and math.isnan(mc["paper_mean"])
-    assert list(table.index.get_level_values(0).unique()) == ["DARE", "MC dropout"]  # the paper's order first
+    labels = list(table.index.get_level_values(0).unique())
+    assert labels[:2] == ["DARE", "MC dropout"]  # the runs, the paper's order first
+    # then every published row this folder has no runs of, each cell not comparable, saying why
+    assert labels[2:] == ["DE (NLL)", "AnchorNet", "MOD", "NegCorr", "RDE", "DE (MSE)"]
+    missing = table.loc[("RDE", "ID accuracy")]
+    assert missing["config"] < 0 and missing["harness_n"] == 0 and missing["paper_mean"] == 89.1
+    assert (missing["verdict"], missing["verdict_note"]) == ("not comparable", "not run in this folder")
+    assert (cifar["verdict"], cifar["verdict_note"]) == ("not comparable", "no finished harness runs")
+    assert mc["verdict_note"] == "not published"
 
 
 def test_the_summary_counts_seeds_per_metric():
@@ -353,7 +362,8 @@ def test_the_summary_counts_seeds_per_metric():
                              "primary_score": "pred_entropy", "n": 3, "id_acc_mean": 0.9, "id_acc_std": 0.01,
                              "id_acc_n": 3, "auroc_pred_entropy_vs_mnist_mean": 0.8,
                              "auroc_pred_entropy_vs_mnist_std": 0.01, "auroc_pred_entropy_vs_mnist_n": 2}])
-    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist").set_index("quantity")
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist")
+    table = table[table["label"] == "DE (NLL)"].set_index("quantity")
     assert table.loc["ID accuracy", "harness_n"] == 3 and table.loc["AUROC vs mnist", "harness_n"] == 2
 
 
@@ -362,7 +372,7 @@ def test_paper_table_keeps_configs_of_different_protocols_apart():
             "primary_score": "eq35_distance", "n": 1, "id_acc_mean": 0.8, "id_acc_std": float("nan")}
     summary = pd.DataFrame([{**base, "epochs": 50}, {**base, "epochs": 20, "id_acc_mean": 0.7}])
     table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist")
-    acc = table[table["quantity"] == "ID accuracy"].set_index("variant")["harness_mean"]
+    acc = table[(table["quantity"] == "ID accuracy") & (table["config"] >= 0)].set_index("variant")["harness_mean"]
     assert acc.to_dict() == pytest.approx({"dare(...) epochs=50": 80.0, "dare(...) epochs=20": 70.0})
     from bench.reporting.paper import format_markdown
     assert format_markdown(table).count("| DARE |") == 2
@@ -379,7 +389,7 @@ def test_paper_table_names_check_runs_after_the_main_protocol_and_shows_the_sele
         {**base, "label": "DE (NLL)", "variant": "deep_ensemble(loss=ce)"},
     ])
     table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist")
-    variants = list(dict.fromkeys(table["variant"]))
+    variants = list(dict.fromkeys(table.loc[table["config"] >= 0, "variant"]))
     assert variants == ["deep_ensemble(loss=ce)", "mod(select lam in [0, 1e-5])", "negcorr(select lam in [1e-5, 1e-4])",
                         "deep_ensemble(loss=ce) preprocess=raw"]  # the paper's order, then the check run, named
     chosen = table.drop_duplicates("variant").set_index("label")["selected"]
@@ -392,18 +402,22 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", *TINY, *QUIET,
                  "--id-dataset", "fashion_mnist", "--methods", "deep_ensemble", "-o", "loss=ce,mse"]) == 0
-    assert main(["paper-table", "--out", str(out)]) == 0
+    assert main(["paper-table", "--out", str(out)]) == 2  # runs of no preset: which table is not known
+    assert "no preset of the runs in" in capsys.readouterr().err
+    assert main(["paper-table", "--out", str(out), "--published", "dare_table3"]) == 0
     for name in ("paper_table.csv", "paper_table.md", "paper_table.png"):
         assert (out / name).stat().st_size > 0
     table = pd.read_csv(out / "paper_table.csv")
-    assert set(table["label"]) == {"DE (NLL)", "DE (MSE)"} and set(table["harness_n"]) == {2}
+    run = table[table["config"] >= 0]
+    assert set(run["label"]) == {"DE (NLL)", "DE (MSE)"} and set(run["harness_n"]) == {2}
+    assert set(table.loc[table["config"] < 0, "verdict"]) == {"not comparable"}
     md = (out / "paper_table.md").read_text()
     assert "| DE (MSE) |" in md and "88.6 ± 0.1" in md  # the published DE (MSE) accuracy beside ours
     de_mse = pd.read_csv(out / "runs.csv").query("label == 'DE (MSE)'")["id_acc"]
     assert f"{100 * de_mse.mean():.1f} ± {100 * de_mse.std():.1f} (2) | 88.6 ± 0.1 |" in md  # ours, then theirs
     assert main(["paper-table", "--out", str(out), "--published", "nope"]) == 2
     assert "unknown published table 'nope'" in capsys.readouterr().err
-    assert main(["paper-table", "--out", str(out), "--in-distribution", "mnist"]) == 2
+    assert main(["paper-table", "--out", str(out), "--published", "dare_table3", "--in-distribution", "mnist"]) == 2
     assert "no finished runs with in-distribution set 'mnist'" in capsys.readouterr().err
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bench import api
+from bench.reporting.published import available_tables, load_published
 from bench.cli.arguments import add_command
 
 
@@ -43,6 +44,10 @@ def run(_args: argparse.Namespace) -> int:
               + (f" (MNIST-C's: {spec.reference_level:g})" if spec.reference_level else "")
               + ("" if spec.fidelity == "exact" else f"; {spec.fidelity}"))
     print(f"presets: {', '.join(listed.presets)}")
+    print("published tables (`paper-table --published`; a preset names its own as compare_to):")
+    for name in available_tables():
+        table = load_published(name)
+        print(f"  {name}: {table.title or '(no card)'}; presets: {', '.join(table.presets) or 'none'}")
     return 0
 
 

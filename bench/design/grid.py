@@ -17,7 +17,7 @@ from bench.options import parse_bool
 from bench.design.walks import Selection, parse_select_spec, same_value
 from methods import Method, get_method
 
-PRESET_KEYS = {"seeds", "methods", "protocol", "method_options", "select", "compare_to", "out",
+PRESET_KEYS = {"seeds", "methods", "protocol", "method_protocol", "method_options", "select", "compare_to", "out",
                "design", "star"}  # design = "star" with [[star]] tables: bench.design.star
 OPTION_FLAG, SELECT_FLAG = "--option", "--select"
 
@@ -142,7 +142,10 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
                 options: Iterable[str | Assignment] = (), selects: Iterable[str | Assignment] = ()) -> list[GridItem]:
     """Every (method, option combination, seed) item, validated before anything trains. A method
     with a selection spec (a preset's [select.METHOD] table, or --select METHOD.NAME=V,...) gives
-    one ``Selection`` per remaining option combination and seed instead of runs."""
+    one ``Selection`` per remaining option combination and seed instead of runs. A preset's
+    [method_protocol.METHOD] table changes protocol values for that method's runs alone (e.g. a
+    published VI row trained for more epochs than the table's other rows); the command line's
+    protocol values override it too."""
     unknown = sorted(set(preset_values) - PRESET_KEYS)
     if unknown:
         raise ConfigError(f"preset {preset}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(PRESET_KEYS))})")
@@ -162,9 +165,11 @@ def expand_grid(preset: str, preset_values: dict[str, Any], methods: list[str] |
             grids[m].set_option(item.name, list(item.values))
     _preset_selects(preset_values.get("select", {}), grids)
     _command_line_selects(Assignment.many(selects, SELECT_FLAG), grids)
+    own = preset_values.get("method_protocol", {})
     items: list[GridItem] = []
     for m, grid in grids.items():
-        items += _items(m, grid, protocol, seeds, preset)
+        values = {**preset_values.get("protocol", {}), **own[m]} if m in own else None
+        items += _items(m, grid, make_protocol(overridden(values, protocol_overrides)) if values else protocol, seeds, preset)
     return items
 
 

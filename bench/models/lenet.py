@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.models.batch_ensemble import BatchEnsembleNet
+from bench.models.variational import VariationalNet
 from bench.models.stacked import Architecture, ConvLayer, StackedNetwork, group_mask, init_bounds, packed_width
 
 
@@ -222,15 +223,16 @@ def _draw(weight: torch.Tensor, bias: torch.Tensor, bounds: tuple[float, float |
 def build_lenet(shape: LeNetShape) -> Callable[..., nn.Module]:
     """The build function of a LeNet-5 variant: ``spec`` (a bench.models.registry.ArchSpec) in layer kind ``layers``."""
     def build(spec, members: int, layers: str, dropout: float, per_network_kernels: bool,
-              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal") -> nn.Module:
+              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal", **variational) -> nn.Module:
         if layers == "packed":
             narrow = shape.widened(lambda width: packed_width(width, alpha, members, gamma))
             return StackedLeNet(members, spec.input_shape, spec.n_classes, narrow, groups=gamma)
-        if layers == "batch_ensemble":
+        if layers in ("batch_ensemble", "variational"):
             convs = conv_layers(shape, spec.input_shape, 1)
-            features = convs[-1].c_out * math.prod(convs[-1].pooled)
-            return BatchEnsembleNet(members, [features, *shape.dense, spec.n_classes], 1, tuple(convs),
-                                    spec.input_shape, shape.kernel)
+            sizes = [convs[-1].c_out * math.prod(convs[-1].pooled), *shape.dense, spec.n_classes]
+            if layers == "variational":
+                return VariationalNet(members, sizes, tuple(convs), spec.input_shape, shape.kernel, **variational)
+            return BatchEnsembleNet(members, sizes, 1, tuple(convs), spec.input_shape, shape.kernel)
         return StackedLeNet(members, spec.input_shape, spec.n_classes, shape, dropout)
     return build
 

@@ -2,13 +2,14 @@
 bias ``biases[l][m]``; one batched matmul serves every member."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bench.models.batch_ensemble import BatchEnsembleNet
+from bench.models.variational import VariationalNet
 from bench.models.stacked import (Architecture, StackedNetwork, group_mask, init_bounds, member_linear, packed_width,
                                  training_flops_per_sample)
 
@@ -145,9 +146,12 @@ class PackedMLP(StackedMLP):
 
 
 def build_mlp(spec, members: int, layers: str, dropout: float, per_network_kernels: bool,
-              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal") -> nn.Module:
-    """The MLP of ``spec`` (a bench.models.registry.ArchSpec: its hidden widths) in layer kind ``layers``."""
+              alpha: float = 2.0, gamma: int = 1, rank1_init: str = "normal", **variational: Any) -> nn.Module:
+    """The MLP of ``spec`` (a bench.models.registry.ArchSpec: its hidden widths) in layer kind ``layers``
+    (``variational``: bench.models.variational.VariationalNet's options)."""
     hidden = tuple(spec.option("hidden"))
+    if layers == "variational":
+        return VariationalNet(members, [spec.in_features, *hidden, spec.n_classes], **variational)
     if layers == "packed":
         widths = tuple(packed_width(w, alpha, members, gamma) for w in hidden)
         return PackedMLP(members, spec.in_features, widths, spec.n_classes, gamma)

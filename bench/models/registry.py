@@ -4,13 +4,15 @@ entries (a name, a summary, one small build function, the protocol values it rea
 module collects them; an ``ArchSpec`` (the architecture, its options, the data's image shape and
 classes, the init rule) builds a run's stacked model.
 
-Every architecture builds its networks in three layer kinds, which the methods choose:
+Every architecture builds its networks in four layer kinds, which the methods choose:
 
 * ``members``: independent members (``bench.models.stacked.StackedNetwork``), the default;
 * ``packed``: Packed-Ensembles' narrow members, every width scaled to ``packed_width`` and every
   layer after the first split in ``gamma`` groups (torch-uncertainty's ``PackedLinear`` / ``PackedConv2d``);
 * ``batch_ensemble``: members sharing each layer's weight, with rank-1 factors
-  (``BatchLinear`` / ``BatchConv2d``; ``bench.models.batch_ensemble``).
+  (``BatchLinear`` / ``BatchConv2d``; ``bench.models.batch_ensemble``);
+* ``variational``: mean-field Gaussian weights (``BayesLinear`` / ``BayesConv2d``;
+  ``bench.models.variational``).
 
 Adding an architecture: one module in bench/models with its stacked model (the ``StackedNetwork``
 interface), its build function and its ``ARCHITECTURES`` entry (docs/architectures.md, "Adding an
@@ -74,10 +76,16 @@ class ArchSpec:
               per_network_kernels: bool = False, **layer_options: Any) -> nn.Module:
         """The stacked model of ``len(member_ids)`` members of layer kind ``layers``, member i drawn
         from the (seed, member_ids[i]) init stream (a BatchEnsemble's shared weights from member 0's).
-        ``layer_options``: packed: alpha, gamma; batch_ensemble: rank1_init."""
+        ``layer_options``: packed: alpha, gamma; batch_ensemble: rank1_init; variational: estimator, prior,
+        prior_std (bench.models.variational.VariationalNet), mean_init, rho_init (its ``reset``)."""
         if layers not in LAYER_KINDS:
             raise ValueError(f"unknown layer kind {layers!r} (known: {', '.join(LAYER_KINDS)})")
+        if layers == "variational":
+            reset = {k: layer_options.pop(k) for k in ("mean_init", "rho_init") if k in layer_options}
         model = self.architecture.build(self, len(member_ids), layers, dropout, per_network_kernels, **layer_options)
+        if layers == "variational":
+            model.reset(seed, member_ids, self.init, **reset)
+            return model
         if layers == "batch_ensemble":
             model.reset(seed, self.init, layer_options.get("rank1_init", "normal"))
             return model

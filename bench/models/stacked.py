@@ -119,7 +119,7 @@ def whole_runs(members: list[int], per_run: int, what: str) -> list[int]:
     return runs
 
 
-LAYER_KINDS = ("members", "packed", "batch_ensemble")  # what an architecture may build (bench.models.registry)
+LAYER_KINDS = ("members", "packed", "batch_ensemble", "variational")  # what an architecture may build (bench.models.registry)
 
 
 class StackedNetwork(nn.Module):

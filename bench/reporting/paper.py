@@ -1,11 +1,14 @@
-"""The harness's numbers beside a paper's published table (``python -m bench paper-table``).
+"""The harness's numbers beside a published table (``python -m bench paper-table``; the tables are
+a registry, bench.reporting.published).
 
-Rows are the summary's configs whose in-distribution set matches; each is matched to published
-rows by its method label ("DE (NLL)", "DE (MSE)", "DARE", ...). Columns are ID accuracy and the
-AUROC against each OOD set, by the score each row is reported with (the method's
-``primary_score``: the paper's Eq. 35 distance for DE (MSE) and DARE, predictive entropy
-otherwise), all in percent as mean ± std (n), beside the published mean ± std and the difference
-in units of the published std.
+Rows are the summary's configs whose in-distribution set matches, each matched to published rows
+by its label (the card's ``labels`` map a paper's method names to the harness's: "DE (NLL)",
+"Single network", ...), then each published method the folder has no runs of. Columns are the
+published quantities (ID accuracy, NLL, ECE, the AUROC against each OOD set by each row's own
+score: the method's ``primary_score``), in the published unit: the harness's mean ± sd (n), the
+published value and the cell's verdict (bench.reporting.verdicts: inside or outside the seed noise,
+or not comparable and why). With the runs and a card that names ``paired_with`` rows (the DARE
+table: DE (NLL) and DE (MSE)), each row's paired differences to them, seed by seed.
 """
 from __future__ import annotations
 
@@ -16,53 +19,46 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.config import Protocol, named_file
+from bench.config import Protocol
 from bench.errors import ConfigError
 from bench.evaluation.columns import ood_column
 from bench.store import write_csv
 from bench.reporting.paired import pair
 from bench.reporting.formatting import format_difference
+from bench.reporting.published import PUBLISHED_METRICS, PublishedTable, load_published
+from bench.reporting.verdicts import format_verdict, verdict
 
-PUBLISHED_DIR = Path(__file__).parent.parent / "published"
-PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
-ACCURACY = "ID accuracy"
-
-
-def available_tables() -> list[str]:
-    return sorted(p.stem for p in PUBLISHED_DIR.glob("*.csv"))
+AUROC = "auroc_pct"
 
 
-def load_published(name_or_path: str) -> pd.DataFrame:
-    """A published table by name (bench/published/NAME.csv) or path."""
-    path = named_file(name_or_path, PUBLISHED_DIR, ".csv", "published table")
-    table = pd.read_csv(path, keep_default_na=False, na_values={"mean": [""], "std": [""]})
-    missing = PUBLISHED_COLUMNS - set(table.columns)
-    if missing:
-        raise ConfigError(f"published table {path}: missing columns {', '.join(sorted(missing))}")
-    return table
+def _quantities(summary: pd.DataFrame, cells: pd.DataFrame) -> list[tuple[str, str, str | None]]:
+    """(title, metric, OOD set or None): the published non-AUROC metrics in their order, then the AUROC
+    against the harness's OOD sets and any other published one."""
+    metrics = [m for m in dict.fromkeys(cells["metric"]) if m != AUROC]
+    out = [(PUBLISHED_METRICS[m].title, m, None) for m in metrics]
+    if AUROC in set(cells["metric"]):
+        sets = [s for value in summary.get("ood_sets", pd.Series(dtype=str)).dropna() for s in str(value).split()]
+        sets += [s for s in cells.loc[cells["metric"] == AUROC, "ood_set"] if s]
+        out += [(PUBLISHED_METRICS[AUROC].title.format(set=s), AUROC, s) for s in dict.fromkeys(sets)]
+    return out
 
 
-def _quantities(summary: pd.DataFrame, published: pd.DataFrame) -> list[tuple[str, str | None]]:
-    """(column title, OOD set or None for accuracy): the harness's OOD sets, then any other published one."""
-    sets = [s for value in summary.get("ood_sets", pd.Series(dtype=str)).dropna() for s in str(value).split()]
-    sets += [s for s in published["ood_set"] if s]
-    return [(ACCURACY, None)] + [(f"AUROC vs {s}", s) for s in dict.fromkeys(sets)]
+def reference_key(label: str) -> str:
+    """The column prefix of the paired differences to the row ``label``: 'DE (NLL)' -> 'vs_de_nll'."""
+    return "vs_" + "_".join(re.findall(r"[a-z0-9]+", label.lower()))
 
 
-REFERENCE_LABELS = ("DE (NLL)", "DE (MSE)")  # the rows the paper compares against: paired differences to each
-
-
-def build_paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distribution: str,
+def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distribution: str,
                       runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Tidy comparison: one row per (config, quantity). Percent units throughout. With ``runs`` (the
-    runs behind the summary), each row also gets its paired difference to the DE (NLL) and DE (MSE)
-    rows of its protocol over the seeds both finished (bench.reporting.paired): ``vs_de_nll_mean``, ``_low``,
-    ``_high``, ``_n``, ``_real`` and the same for ``vs_de_mse``."""
-    published = published[published["in_distribution"] == in_distribution]
+    """Tidy comparison: one row per (config, quantity), in the published unit, with the cell's verdict.
+    With ``runs`` (the runs behind the summary), each row also gets its paired difference to each of the
+    card's ``paired_with`` rows of its protocol over the seeds both finished (bench.reporting.paired):
+    ``vs_de_nll_mean``, ``_low``, ``_high``, ``_n``, ``_real``, ``_note`` and so on."""
+    cells = published.cells[published.cells["in_distribution"] == in_distribution]
     if summary.empty or "id_dataset" not in summary:
         return pd.DataFrame()
     summary = summary[summary["id_dataset"] == in_distribution]
-    order = list(dict.fromkeys(published["method"]))
+    order = [published.label(m) for m in dict.fromkeys(cells["method"])]
     rank = {label: i for i, label in enumerate(order)}
     # a protocol value that not every config shares (a check run, e.g. preprocess=raw) is named in
     # the variant, and such rows come after the rows of the folder's main protocol (the most common)
@@ -72,39 +68,55 @@ def build_paper_table(summary: pd.DataFrame, published: pd.DataFrame, in_distrib
     summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))),
                              _off=off_main.map(len), _suffix=off_main.map(lambda v: "".join(f" {t}" for t in v)))
     summary = summary.sort_values(["_off", "_rank"], kind="stable").reset_index(drop=True)
+    quantities = _quantities(summary, cells)
+    labelled = cells.assign(label=cells["method"].map(published.label))
     rows = []
     for config, row in summary.iterrows():
-        name = row["variant"] + row["_suffix"]
         selected = row.get("selected")
         selected = _selected(selected) if isinstance(selected, str) and selected else ""
-        for title, ood_set in _quantities(summary, published):
-            if ood_set is None:
-                column, metric, score = "id_acc", "accuracy_pct", ""
-            else:
-                score = row["primary_score"]
-                column, metric = ood_column("auroc", score, ood_set), "auroc_pct"
-            paper = published[(published["method"] == row["label"]) & (published["metric"] == metric)
-                              & (published["ood_set"] == (ood_set or ""))]
-            mean = row.get(f"{column}_mean", math.nan)
-            std = row.get(f"{column}_std", math.nan)
-            p_mean = float(paper["mean"].iloc[0]) if len(paper) else math.nan
-            p_std = float(paper["std"].iloc[0]) if len(paper) else math.nan
-            h_mean, h_std = 100 * float(mean), 100 * float(std)
-            n = row.get(f"{column}_n", row["n"])
-            paired = _paired(row, runs, summary, protocol, column) if runs is not None else {}
-            rows.append({
-                "config": config, "label": row["label"], "variant": name, "selected": selected,
-                "preset": row.get("preset", ""),
-                "quantity": title, "ood_set": ood_set or "", "score": score,
-                "harness_mean": h_mean, "harness_std": h_std, "harness_n": 0 if n != n else int(n),
-                "paper_mean": p_mean, "paper_std": p_std,
-                "paper_n": int(paper["n_seeds"].iloc[0]) if len(paper) else None,
-                "diff": h_mean - p_mean,
-                "diff_in_paper_std": (h_mean - p_mean) / p_std if p_std and p_std == p_std else math.nan,
-                "source": paper["source"].iloc[0] if len(paper) else "",
-                **paired,
-            })
-    return pd.DataFrame(rows)
+        for title, metric, ood_set in quantities:
+            score = row["primary_score"] if ood_set else ""
+            column = ood_column("auroc", score, ood_set) if ood_set else PUBLISHED_METRICS[metric].column
+            paired = (_paired(row, runs, summary, protocol, column, published.paired_with, PUBLISHED_METRICS[metric].scale)
+                      if runs is not None else {})
+            rows.append({"config": config, "label": row["label"], "variant": row["variant"] + row["_suffix"],
+                         "selected": selected, "preset": row.get("preset", ""), "quantity": title, "metric": metric,
+                         "ood_set": ood_set or "", "score": score,
+                         **_harness_cell(row, column, metric), **_paper_cell(labelled, row["label"], metric, ood_set),
+                         **paired})
+    present = set(summary["label"])
+    missing = [m for m in dict.fromkeys(cells["method"]) if published.label(m) not in present]
+    for i, method in enumerate(missing):  # the published rows this folder has no runs of (config -1, -2, ...)
+        why = published.not_run.get(method, "not run in this folder")
+        for title, metric, ood_set in quantities:
+            rows.append({"config": -1 - i, "label": published.label(method), "variant": "", "selected": "",
+                         "preset": "", "quantity": title, "metric": metric, "ood_set": ood_set or "", "score": "",
+                         "harness_mean": math.nan, "harness_std": math.nan, "harness_n": 0,
+                         **_paper_cell(labelled, published.label(method), metric, ood_set, why)})
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table["diff"] = table["harness_mean"] - table["paper_mean"]
+    table["diff_in_paper_std"] = table["diff"] / table["paper_std"].where(table["paper_std"] > 0)
+    verdicts = pd.DataFrame([verdict(r.harness_mean, r.harness_std, r.harness_n, r.paper_mean, r.paper_std, r.paper_n,
+                                     r.paper_resolution, r.why_not) for r in table.itertuples()], index=table.index)
+    return pd.concat([table.drop(columns="why_not"), verdicts], axis=1)
+
+
+def _harness_cell(row: pd.Series, column: str, metric: str) -> dict:
+    scale = PUBLISHED_METRICS[metric].scale
+    n = row.get(f"{column}_n", row["n"])
+    return {"harness_mean": scale * float(row.get(f"{column}_mean", math.nan)),
+            "harness_std": scale * float(row.get(f"{column}_std", math.nan)), "harness_n": 0 if n != n else int(n)}
+
+
+def _paper_cell(cells: pd.DataFrame, label: str, metric: str, ood_set: str | None, why_not: str = "") -> dict:
+    """The published value of (label, metric, OOD set), its sd, seed count, rounding and source (nan without one)."""
+    paper = cells[(cells["label"] == label) & (cells["metric"] == metric) & (cells["ood_set"] == (ood_set or ""))]
+    first = paper.iloc[0] if len(paper) else {}
+    mean, std = first.get("mean", math.nan), first.get("std", math.nan)
+    return {"paper_mean": mean, "paper_std": std, "paper_n": first.get("n_seeds", math.nan),
+            "paper_resolution": first.get("resolution", math.nan), "source": first.get("source", ""), "why_not": why_not}
 
 
 def _text(value) -> str:
@@ -112,8 +124,9 @@ def _text(value) -> str:
     return "none" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
-def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol: list[str], column: str) -> dict:
-    """The row's paired differences (percent) to each REFERENCE_LABELS row of its protocol."""
+def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol: list[str], column: str,
+            references: tuple[str, ...], scale: float) -> dict:
+    """The row's paired differences (in the published unit) to each of the ``references`` rows of its protocol."""
 
     def runs_of(r: pd.Series) -> pd.DataFrame:
         same = (runs["variant"] == r["variant"]) & (runs["id_dataset"] == r["id_dataset"])
@@ -122,8 +135,8 @@ def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol:
         return runs[same]
 
     out = {}
-    for label in REFERENCE_LABELS:
-        key = "vs_" + label.lower().replace("de (", "de_").rstrip(")")
+    for label in references:
+        key = reference_key(label)
         same_protocol = summary["label"] == label
         for c in protocol:
             same_protocol &= summary[c].map(_text) == _text(row[c])
@@ -133,8 +146,8 @@ def _paired(row: pd.Series, runs: pd.DataFrame, summary: pd.DataFrame, protocol:
         reference = references.iloc[0]
         their = column if column == "id_acc" else column.replace(row["primary_score"], reference["primary_score"], 1)
         result = pair(runs_of(row), runs_of(reference), column, their)
-        out.update({f"{key}_mean": 100 * result["mean"], f"{key}_low": 100 * result["low"],
-                    f"{key}_high": 100 * result["high"], f"{key}_n": result["n"], f"{key}_real": result["real"],
+        out.update({f"{key}_mean": scale * result["mean"], f"{key}_low": scale * result["low"],
+                    f"{key}_high": scale * result["high"], f"{key}_n": result["n"], f"{key}_real": result["real"],
                     f"{key}_note": result["note"]})
     return out
 
@@ -151,50 +164,60 @@ def _selected(by_seed: str) -> str:
     return f"{values[0]} (every seed)" if len(set(values)) == 1 else by_seed
 
 
-def _cell(mean: float, std: float, n) -> str:
+def _cell(mean: float, std: float, n, digits: int = 1) -> str:
     if mean != mean:
         return "-"
-    spread = "" if std != std else f" ± {std:.1f}"
-    return f"{mean:.1f}{spread}" + (f" ({n})" if n else "")
+    spread = "" if std != std else f" ± {std:.{digits}f}"
+    return f"{mean:.{digits}f}{spread}" + (f" ({n})" if n else "")
 
 
-def _paired_cell(r: pd.Series, key: str) -> str:
+def _paired_cell(r: pd.Series, key: str, digits: int = 1) -> str:
     """'+1.2 [+0.4, +2.0] *' (percent points; * when the 95 % interval excludes 0), '-' without a pair."""
     mean = r.get(f"{key}_mean", math.nan)
     if mean != mean:
         return "-"
     cell = format_difference({"n": r[f"{key}_n"], "mean": mean, "low": r[f"{key}_low"], "high": r[f"{key}_high"],
-                              "real": bool(r[f"{key}_real"])}, 1, 1)
+                              "real": bool(r[f"{key}_real"])}, 1, digits)
     fewer = r[f"{key}_n"] < r["harness_n"] and not cell.endswith(")")  # fewer pairs than the row's seeds: say so
     return cell + (f" (n={int(r[f'{key}_n'])})" if fewer else "")
 
 
-def format_markdown(table: pd.DataFrame) -> str:
-    """Wide Markdown: a row per config; per quantity the harness, the paper and the difference."""
+def format_markdown(table: pd.DataFrame, references: tuple[str, ...] = ()) -> str:
+    """Wide Markdown: a row per config (then per published method without runs); per quantity the
+    harness, the paper, the verdict and, where the card names them (``references``, their order; else the
+    table's), the paired differences."""
     if table.empty:
         return "no finished runs for this in-distribution set"
     quantities = list(dict.fromkeys(table["quantity"]))
     chosen = "selected" in table and table["selected"].fillna("").astype(bool).any()
     header = ["method", "variant", "score"]
-    paired = [k for k in ("vs_de_nll", "vs_de_mse") if f"{k}_mean" in table]
+    paired = [c[:-len("_mean")] for c in table.columns if c.startswith("vs_") and c.endswith("_mean")]
+    order = [reference_key(label) for label in references]
+    paired.sort(key=lambda k: order.index(k) if k in order else len(order))
     for q in quantities:
-        header += [f"{q}: harness", f"{q}: paper", f"{q}: Δ / paper sd"]
-        header += [f"{q}: paired Δ vs DE (NLL); vs DE (MSE)"] if paired else []
+        header += [f"{q}: harness", f"{q}: paper", f"{q}: verdict"]
+        header += [f"{q}: paired Δ vs " + "; vs ".join(_reference_names(table, paired))] if paired else []
     header += ["selected on validation (by seed)"] if chosen else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (label, variant), group in table.groupby(["label", "variant"], sort=False):
         by_q = group.set_index("quantity")
         scores = sorted({s for s in group["score"] if s})
-        cells = [label, f"`{variant}`", ", ".join(scores)]
+        cells = [label, f"`{variant}`" if variant else "(no runs)", ", ".join(scores)]
         for q in quantities:
             r = by_q.loc[q]
-            cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"]),
-                      _cell(r["paper_mean"], r["paper_std"], None),
-                      "-" if r["diff_in_paper_std"] != r["diff_in_paper_std"] else f"{r['diff_in_paper_std']:+.1f}"]
-            cells += ["; ".join(_paired_cell(r, k) for k in ("vs_de_nll", "vs_de_mse"))] if paired else []
+            digits = PUBLISHED_METRICS[r["metric"]].digits
+            cells += [_cell(r["harness_mean"], r["harness_std"], r["harness_n"], digits),
+                      _cell(r["paper_mean"], r["paper_std"], None, digits), format_verdict(r, digits)]
+            cells += ["; ".join(_paired_cell(r, k, digits) for k in paired)] if paired else []
         cells += [group["selected"].iloc[0] or "-"] if chosen else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _reference_names(table: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The labels behind the paired columns' keys, in their order."""
+    labels = {reference_key(label): label for label in table["label"].dropna().unique()}
+    return [labels.get(k, k) for k in keys]
 
 
 def _short_names(labels: list[str], variants: list[str]) -> list[str]:
@@ -232,8 +255,8 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
         ax.errorbar(sub["harness_mean"], [v - 0.12 for v in y], xerr=sub["harness_std"], fmt="o",
                     color=harness_color, capsize=3, label="harness (mean ± sd over seeds)")
         ax.errorbar(sub["paper_mean"], [v + 0.12 for v in y], xerr=sub["paper_std"], fmt="s",
-                    color=paper_color, capsize=3, label="paper (mean ± sd, n = 5)")
-        ax.set_title(f"{q} (%)")
+                    color=paper_color, capsize=3, label="published (mean ± sd where given)")
+        ax.set_title(f"{q} (%)" if sub["metric"].iloc[0].endswith("_pct") else q)
         ax.set_yticks(list(y), names)
         if not sub["harness_mean"].notna().any():
             ax.text(0.5, 0.5, "not run by the harness\n(see paper_table.md)", transform=ax.transAxes,
@@ -291,24 +314,40 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
     table = build_paper_table(summary, published, in_distribution, runs)
     write_csv(table, out / "paper_table.csv")
-    notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
-             f"paper: {', '.join(sorted(set(published['source'])))} (mean ± sd, n = 5). "
-             "Δ / paper sd = (harness mean − paper mean) / paper sd. AUROC uses each row's score column."]
-    for key, name in (("vs_de_nll", "DE (NLL)"), ("vs_de_mse", "DE (MSE)")):
-        for (label, variant, quantity), note in (table.set_index(["label", "variant", "quantity"]).get(f"{key}_note",
-                                                                                                   pd.Series(dtype=str))
-                                                 .dropna().items()):
-            if note:
-                notes.append(f"{label} `{variant}`, {quantity}, paired with {name}: {note}")
-    if runs is not None:
-        notes.append("Paired Δ: the row minus DE (NLL), then minus DE (MSE), of the same protocol, seed by seed over "
-                     "the seeds both finished, in points: mean [95 % t-interval]; * where the interval excludes 0 "
-                     "(docs/evaluation.md). AUROC: each row by its own score.")
+    notes = _notes(table, published, in_distribution, runs is not None)
     notes += [f"Skipped OOD set: {s}" for s in skipped or []]
-    (out / "paper_table.md").write_text(format_markdown(table) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    (out / "paper_table.md").write_text(format_markdown(table, published.paired_with) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     files = [out / "paper_table.csv", out / "paper_table.md"]
     figures = [] if table.empty else [plot_paper_table(table, out / "paper_table.png",
-                                                       f"{in_distribution} in distribution: harness vs {published_name}")]
+                                                       f"{in_distribution} in distribution: harness vs {published.name}")]
     from bench.reporting.figures import record_figures  # the figure modules import matplotlib
     record_figures(out, "paper_table", figures)
     return table, files + figures
+
+
+def _notes(table: pd.DataFrame, published: PublishedTable, in_distribution: str, paired: bool) -> list[str]:
+    """The lines under the Markdown table: what is compared, the verdict's rule, the card, unpaired seeds."""
+    sources = sorted(set(published.cells["source"]) - {""})
+    notes = [f"In-distribution: {in_distribution}. Harness: mean ± sd (n seeds) over the runs in this folder; "
+             f"published: {published.title or published.name} ({'; '.join(sources)}"
+             + (f"; {published.link}" if published.link else "") + "), mean ± sd where the source gives one. "
+             "AUROC uses each row's score column.",
+             "Verdict: the harness mean minus the published value, with its 95 % t-interval from the seed spread "
+             "(Welch's where the source gives an sd and a seed count; else the harness's sd standing for both, "
+             "a source without a seed count taken as one run), widened by the published value's rounding: inside "
+             "when the interval holds 0, OUTSIDE when not, n/c (not comparable) and why (bench.reporting.verdicts)."]
+    if published.conventions:
+        notes.append(f"Conventions of the source: {' '.join(published.conventions.split())}")
+    if published.left_open:
+        notes.append(f"What the source leaves open: {' '.join(published.left_open.split())}")
+    for label in published.paired_with:
+        key = reference_key(label)
+        for (row, variant, quantity), note in (table.set_index(["label", "variant", "quantity"])
+                                               .get(f"{key}_note", pd.Series(dtype=str)).dropna().items()):
+            if note:
+                notes.append(f"{row} `{variant}`, {quantity}, paired with {label}: {note}")
+    if paired and published.paired_with:
+        notes.append(f"Paired Δ: the row minus {', then minus '.join(published.paired_with)}, of the same protocol, "
+                     "seed by seed over the seeds both finished, in the published unit: mean [95 % t-interval]; * where "
+                     "the interval excludes 0 (docs/evaluation.md). AUROC: each row by its own score.")
+    return notes

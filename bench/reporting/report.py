@@ -12,7 +12,7 @@ from typing import Callable
 import pandas as pd
 
 from bench.config import Protocol, available_presets, load_preset, make_protocol
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.evaluation.catalog import PAIRED, SUMMARY, shown_in
 from bench.evaluation.columns import scored_sets
 from bench.store import RunStore, write_csv
@@ -20,7 +20,8 @@ from bench.tables import parse_skipped, sorted_runs, summarize, without_candidat
 from bench.reporting.formatting import format_difference, mean_std
 from bench.reporting import shift_tables
 from bench.reporting.paired import paired_table, bootstrap_table, paired_metric
-from bench.reporting.paper import format_markdown, write_paper_table
+from bench.reporting.paper import write_paper_table
+from bench.reporting.published import available_tables
 
 PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
 
@@ -131,9 +132,14 @@ def report_folder(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: b
     stands for them), with the paper table of the first shipped preset among the runs that names one.
     Every command that renders a folder renders it this way, so the same records give the same files."""
     runs = without_candidates(sorted_runs(runs))
+    return write_report(store, runs, keys, plots, compare_to=preset_table(runs), echo=echo)
+
+
+def preset_table(runs: pd.DataFrame) -> str | None:
+    """The published table (``compare_to``) of the first shipped preset among the runs that names one."""
     known = set(available_presets())
     tables = [load_preset(p)[1].get("compare_to") for p in dict.fromkeys(runs.get("preset", [])) if p in known]
-    return write_report(store, runs, keys, plots, compare_to=next((t for t in tables if t), None), echo=echo)
+    return next((t for t in tables if t), None)
 
 
 def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bool = True,
@@ -250,9 +256,14 @@ def skipped_sets(runs: pd.DataFrame) -> list[str]:
     return [reasons[name] for name in sorted(reasons)]
 
 
-def report_paper_table(store, runs, summary, published: str, in_distribution: str | None = None,
+def report_paper_table(store, runs, summary, published: str | None, in_distribution: str | None = None,
                        echo=print) -> list:
-    """Write and print the runs beside a published table (see bench.reporting.paper)."""
-    table, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
-    echo(format_markdown(table))
+    """Write and print the runs beside a published table (see bench.reporting.paper); ``published``
+    None: the one the runs' preset names."""
+    published = published or preset_table(runs)
+    if published is None:
+        raise ConfigError(f"no preset of the runs in {store.out} names a published table (compare_to): pass "
+                          f"--published (one of {', '.join(available_tables())})")
+    _, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
+    echo((store.out / "paper_table.md").read_text().rstrip())  # the table and the notes under it
     return files

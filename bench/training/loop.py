@@ -342,7 +342,7 @@ def _step(loop: _Loop, idx: torch.Tensor) -> None:
     with step_autocast(loop.protocol.precision, loop.device):
         logits = method.training_forward(model, xb, loop.state).float()  # bf16: the forward pass in bfloat16, the loss in fp32
     task = method.task_loss(logits, yb)
-    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs))
+    penalty = method.penalty(model, task, Batch(xb, yb, logits, loop.state, runs, len(loop.data.train)))
     # joint: each run one objective (1/M) sum_m task_m + term; independent: member m minimises task_m + penalty_m
     loss = task * loop.task_weight if penalty is None else task * loop.task_weight + penalty
     loop.optimizer.zero_grad(set_to_none=True)

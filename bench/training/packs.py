@@ -165,7 +165,7 @@ class MixedPack(Method):
         for (m, a, b), state, runs in zip(self.parts, batch.state, self.runs):
             # a joint part sees its batch as in a pack of its own: one run's (B, D), shared by its members
             x = batch.x[a] if m.joint and runs == 1 else batch.x[a:b]
-            part = Batch(x, batch.y[a:b], batch.logits[a:b], state, runs if m.joint else 1)
+            part = Batch(x, batch.y[a:b], batch.logits[a:b], state, runs if m.joint else 1, batch.train_size)
             term = m.penalty(MemberSlice(model, a, b), task_loss[a:b], part)
             terms.append(torch.zeros_like(task_loss[a:b]) if term is None else term)
         return torch.cat(terms)
