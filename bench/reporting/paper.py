@@ -104,10 +104,10 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
 
 
 def _harness_cell(row: pd.Series, column: str, metric: str) -> dict:
-    scale = PUBLISHED_METRICS[metric].scale
-    n = row.get(f"{column}_n", row["n"])
-    return {"harness_mean": scale * float(row.get(f"{column}_mean", math.nan)),
-            "harness_std": scale * float(row.get(f"{column}_std", math.nan)), "harness_n": 0 if n != n else int(n)}
+    scale, mean = PUBLISHED_METRICS[metric].scale, float(row.get(f"{column}_mean", math.nan))
+    n = row.get(f"{column}_n", row["n"]) if mean == mean else 0  # no value, no seeds (a skipped OOD set)
+    return {"harness_mean": scale * mean, "harness_std": scale * float(row.get(f"{column}_std", math.nan)),
+            "harness_n": 0 if n != n else int(n)}
 
 
 def _paper_cell(cells: pd.DataFrame, label: str, metric: str, ood_set: str | None, why_not: str = "") -> dict:
@@ -313,6 +313,10 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
     table = build_paper_table(summary, published, in_distribution, runs)
+    unscored = {reason.split(":")[0] for reason in skipped or []}  # an OOD set the runs could not score
+    if not table.empty:
+        table.loc[table["ood_set"].isin(unscored) & (table["harness_n"] == 0) & (table["config"] >= 0)
+                  & table["paper_mean"].notna(), "verdict_note"] = "OOD set not scored here (skipped: see below)"
     write_csv(table, out / "paper_table.csv")
     notes = _notes(table, published, in_distribution, runs is not None)
     notes += [f"Skipped OOD set: {s}" for s in skipped or []]
