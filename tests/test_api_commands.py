@@ -34,8 +34,10 @@ def test_ablation_then_report_and_paper_table(tiny_data, tmp_path):
         reported = api.report(out, plots=False, bootstrap=20, echo=lambda _: None)
     assert reported.files[-1] == out / "bootstrap.csv"
     assert len(reported.bootstrap) == len(pd.read_csv(out / "bootstrap.csv")) > 0
+    with pytest.raises(ConfigError, match="no preset of the runs in .* names a published table"):
+        api.paper_table(out, echo=lambda _: None, warn=lambda _: None)  # runs of no preset: say which table
     with pytest.raises(ConfigError, match="no finished runs with in-distribution set 'fashion_mnist'"):
-        api.paper_table(out, in_distribution="fashion_mnist", echo=lambda _: None, warn=lambda _: None)
+        api.paper_table(out, "dare_table3", in_distribution="fashion_mnist", echo=lambda _: None, warn=lambda _: None)
 
 
 def test_star_dry_run_counts_each_setting(tiny_data, tmp_path):

@@ -305,7 +305,8 @@ def test_packable_is_declared_by_a_class_not_inherited():
     class Coupled(DeepEnsemble):  # a subclass may couple its members: it packs only if it says so
         pass
 
-    assert all(cls.packs_runs() for cls in REGISTRY.values()) and len(REGISTRY) >= 14  # every built-in method
+    # every built-in method but vi, whose weight draws come from torch's generator: its runs train one by one
+    assert [name for name, cls in REGISTRY.items() if not cls.packs_runs()] == ["vi"] and len(REGISTRY) >= 15
     snapshots = [make_run_config("snapshot_ensemble", {"members": k}, make_protocol({"val_size": 10}), 0) for k in (3, 5)]
     assert pack_key(snapshots[0]) != pack_key(snapshots[1])  # its members are cycles: a pack shares them
     assert not Coupled.packs_runs()
