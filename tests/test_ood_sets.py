@@ -91,3 +91,34 @@ def test_an_unknown_set_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     assert main(["run", "--out", str(tmp_path), "--data-dir", str(tmp_path), *QUIET, "--ood-sets", "kmnist"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown OOD set 'kmnist' (known for in-distribution mnist: fashion_mnist" in err
+
+
+def test_letters_are_rendered_from_matplotlibs_fonts_the_same_every_time(monkeypatch):
+    from matplotlib import ft2font
+    from bench.data import rendered
+
+    images, labels = rendered.letters()
+    assert images.shape == (10_000, 28, 28) and images.dtype == np.uint8 and set(labels.tolist()) == set(range(10))
+    assert (np.bincount(labels) > 900).all()  # A-J drawn about evenly
+    assert (images.reshape(len(images), -1).max(axis=1) > 200).all()  # every image has a glyph
+    assert (images[:, 0, :] == 0).mean() > 0.99 and (images[:, :, -1] == 0).mean() > 0.99  # the margin, where it fits
+    small, small_labels = rendered.letters(50, seed=1)
+    again = rendered.letters.__wrapped__(50, seed=1)  # rendered anew, not the cache's copy
+    assert np.array_equal(small, again[0]) and np.array_equal(small_labels, again[1])
+    assert not np.array_equal(small, rendered.letters(50, seed=2)[0])
+    if ft2font.__freetype_version__ == rendered.RECORDED_WITH_FREETYPE:  # another FreeType may draw other pixels
+        assert rendered.checksum(images, labels) == rendered.LETTERS_SHA256
+    # drawn otherwise than recorded: the optional set is skipped with a note, as absent files are
+    monkeypatch.setattr(rendered, "LETTERS_SHA256", "0" * 64)
+    with pytest.raises(FileNotFoundError, match=r"letters rendered by matplotlib .* have sha256 .*not the recorded 000"):
+        rendered.read_letters(None, False)
+
+
+def test_letters_are_scored_as_an_ood_set_without_any_file(tiny_data, tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "--epochs", "1",
+                 "--val-size", "50", "--hidden", "8", *QUIET, "--methods", "deep_ensemble", "-o", "members=2",
+                 "--ood-sets", "letters"]) == 0
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["ood_sets"].tolist() == ["letters"] and 0.0 <= runs["auroc_pred_entropy_vs_letters"].iloc[0] <= 1.0
+    assert "ood_skipped" not in runs or runs["ood_skipped"].isna().all()

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from bench.data import files
+from bench.data import files, rendered
 from bench.errors import ConfigError
 
 SEED = 0
@@ -115,6 +115,8 @@ SETS: dict[str, OodSet] = {s.name: s for s in [
            read=functools.partial(_test_split, "fashion_mnist")),
     OodSet("cifar10_gray28", "far", "CIFAR-10's test split, top-left 28 x 28 crop, mean over RGB (the DARE paper's)",
            read=_cifar10_gray28, optional=True),
+    OodSet("letters", "near", "the letters A-J in 20 fonts that ship with matplotlib, seeded sizes and positions, white "
+           "on black (notMNIST-like; bench.data.rendered)", read=rendered.read_letters, optional=True),
     OodSet("block_shuffled", "near", f"each ID test image with its {BLOCK} x {BLOCK} pixel blocks in a random order",
            generate=_block_shuffled),
     OodSet("inverted", "far", "each ID test image inverted (255 - pixel)", generate=_inverted),

@@ -1,0 +1,94 @@
+"""Image sets made from data that ships inside installed packages, so they need no download.
+
+``letters``: the letters A-J (labels 0-9) rendered white on black in 28 x 28 from TrueType fonts
+that ship with matplotlib (DejaVu Sans, Sans Mono and Serif, STIX General, four weights each, and
+four Computer Modern faces: ``FONTS``), by FreeType through ``matplotlib.ft2font``, each image from
+a seeded stream: the letter, the font, the glyph size (12-22 pixels em) and the position (the glyph
+anywhere in the frame with a 1-pixel margin where it fits). A notMNIST-like near-OOD set; unlike
+notMNIST (Bulatov, 2011: about 19,000 small images cut from some 500 fonts, decorative ones
+included, each glyph scaled to fill the frame, dark letters on white), it has 20 plain text fonts,
+varied sizes and positions and MNIST's polarity. Rendering 10,000 images takes about a second; a
+process keeps them (``functools.cache``), and ``LETTERS_SHA256`` checks that the FreeType of the
+installed matplotlib draws the images this table was made with.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+SIDE = 28
+LETTERS = "ABCDEFGHIJ"
+N_LETTERS = 10_000
+LETTERS_SEED = 0
+SIZES = (12, 22)  # the em size in pixels, inclusive
+FONTS = tuple(f"{family}{style}.ttf" for family in ("DejaVuSans", "DejaVuSansMono", "DejaVuSerif")
+              for style in ("", "-Bold", "-Oblique" if family != "DejaVuSerif" else "-Italic",
+                            "-BoldOblique" if family != "DejaVuSerif" else "-BoldItalic")) + (
+    "STIXGeneral.ttf", "STIXGeneralBol.ttf", "STIXGeneralItalic.ttf", "STIXGeneralBolIta.ttf",
+    "cmr10.ttf", "cmb10.ttf", "cmss10.ttf", "cmtt10.ttf")
+RECORDED_WITH_FREETYPE = "2.14.3"  # matplotlib 3.11.2's: the FreeType that drew LETTERS_SHA256's images
+LETTERS_SHA256 = "ecec1eefe7b9b2d4d7ade719808ca4eed5cc8ae1d460fc4c5d60e2ab537c7249"
+
+
+def font_dir() -> Path:
+    import matplotlib
+    return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+
+
+def glyph(font, letter: str, size: int) -> np.ndarray:
+    """The anti-aliased bitmap (h, w) uint8 of ``letter`` in ``font`` (an FT2Font) at ``size`` pixels em."""
+    font.set_size(size, 72)  # 72 dpi: points are pixels
+    font.set_text(letter, 0.0)
+    font.draw_glyphs_to_bitmap(antialiased=True)
+    return np.asarray(font.get_image())
+
+
+def place(bitmap: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A 28 x 28 uint8 frame with ``bitmap`` at a random position, a 1-pixel margin where it fits
+    (a glyph larger than the frame is cut to its centre)."""
+    h, w = bitmap.shape
+    top, left = max(0, (h - SIDE) // 2), max(0, (w - SIDE) // 2)
+    bitmap = bitmap[top:top + SIDE, left:left + SIDE]
+    h, w = bitmap.shape
+    frame = np.zeros((SIDE, SIDE), dtype=np.uint8)
+    y, x = (rng.integers(margin, SIDE - extent - margin + 1)
+            for extent, margin in ((h, int(h <= SIDE - 2)), (w, int(w <= SIDE - 2))))
+    frame[y:y + h, x:x + w] = bitmap
+    return frame
+
+
+@functools.cache
+def letters(n: int = N_LETTERS, seed: int = LETTERS_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` letter images (n, 28, 28) uint8 in 0-255 and their labels (n,) 0-9, the same for the
+    same (n, seed) wherever matplotlib ships the same fonts and FreeType."""
+    from matplotlib import ft2font
+
+    fonts = [ft2font.FT2Font(str(font_dir() / name)) for name in FONTS]
+    rng = np.random.default_rng([seed, 0x1E77E55])
+    labels = rng.integers(0, len(LETTERS), size=n)
+    faces = rng.integers(0, len(fonts), size=n)
+    sizes = rng.integers(SIZES[0], SIZES[1] + 1, size=n)
+    images = np.stack([place(glyph(fonts[f], LETTERS[k], int(s)), rng) for k, f, s in zip(labels, faces, sizes)])
+    return images, labels
+
+
+def checksum(images: np.ndarray, labels: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(images, dtype=np.uint8).tobytes()
+                          + np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()
+
+
+def read_letters(root: Path, download: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ``letters`` OOD set's reader (bench.data.ood_sets): FileNotFoundError, as for absent files,
+    when the installed matplotlib draws other images than the recorded checksum's."""
+    images, labels = letters()
+    found = checksum(images, labels)
+    if LETTERS_SHA256 and found != LETTERS_SHA256:
+        import matplotlib
+        from matplotlib import ft2font
+        raise FileNotFoundError(f"letters rendered by matplotlib {matplotlib.__version__} (FreeType "
+                                f"{ft2font.__freetype_version__}) have sha256 {found[:12]}..., not the recorded "
+                                f"{LETTERS_SHA256[:12]}... (bench.data.rendered)")
+    return images, labels
