@@ -55,6 +55,10 @@ class Protocol:
                                    help="seed of the train/validation split; run: one split per run seed")
     arch: str = choice("mlp", tuple(ARCHITECTURES), implicit=True,
                        help="architecture of every network (bench.models.registry; `python -m bench list`)")
+    trunk: str = choice("none", ("none", *(a for a, spec in ARCHITECTURES.items() if not spec.any_rows)), implicit=True,
+                        help="a frozen feature extractor of this architecture, trained once per seed on the ID training "
+                        "split; the members (arch=mlp) are heads on its penultimate features (bench.training.trunk: "
+                        "the DARE paper's recipe for image data)")
     hidden: tuple[int, ...] = option((256, 256), parse_int_tuple, "widths >= 1 such as 256-256",
                                      check=lambda v: len(v) >= 1 and all(w >= 1 for w in v),
                                      help="hidden layer widths of the MLP (an option of arch=mlp only)")
@@ -82,6 +86,9 @@ class Protocol:
         if not values["ood_sets"]:  # the default: the first OOD set of the ID dataset
             values["ood_sets"] = ood_sets.known_for(values["id_dataset"])[:1]
         ood_sets.check_names(values["ood_sets"], values["id_dataset"], what)
+        if values["trunk"] != "none" and not ARCHITECTURES[values["arch"]].any_rows:
+            raise ConfigError(f"{what}: trunk={values['trunk']} feeds its features to heads that read rows: "
+                              f"arch={values['arch']} reads images (use arch=mlp)")
         if len(set(values["ood_sets"])) < len(values["ood_sets"]):
             raise ConfigError(f"{what}: ood_sets={','.join(values['ood_sets'])} names a set twice")
         return values

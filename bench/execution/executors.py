@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from bench.config import Execution, RunConfig
 from bench.data.files import check_dataset_files
 from bench.data.loaders import load_benchmark_data, prepare_ood_sets
+from bench.training.trunk import featurized
 from bench.errors import BenchError
 from bench.options import option, parse_float, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
@@ -57,7 +58,9 @@ def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, executio
         if not mine:
             return records
         references = [_references(store, config) for config in mine]
-        data = [load_benchmark_data(c.protocol, data_dir, download, c.seed) for c in mine]
+        # a protocol with a frozen trunk: every split as its features (bench.training.trunk)
+        data = [featurized(c.protocol, c.seed, load_benchmark_data(c.protocol, data_dir, download, c.seed), out_dir,
+                           execution.torch_device(), progress) for c in mine]
         save = store.add_weights if execution.save_weights else None
         for record, arrays in run_pack(mine, data, progress=progress, execution=execution, references=references,
                                        save_weights=save):

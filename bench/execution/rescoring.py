@@ -25,6 +25,7 @@ from bench import provenance
 from bench.config import make_protocol, make_run_config
 from bench.data.files import load_images
 from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, ood_images, prepared_split
+from bench.training.trunk import featurized
 from bench.errors import BenchError, ConfigError, DataError
 from bench.evaluation.metrics import run_metrics, shift_metrics
 from bench.execution.runner import now, plot_arrays, predict_split, predict_splits
@@ -120,7 +121,7 @@ def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, de
         method, _ = method.bind(references)
     except ReferenceFailed:
         pass  # predictions do not depend on a reference (it sets training thresholds)
-    data = load_benchmark_data(protocol, data_dir, download, config.seed)
+    data = featurized(protocol, config.seed, load_benchmark_data(protocol, data_dir, download, config.seed), store.out)
     model = method.build_model(config.seed, list(range(method.n_networks)),
                                protocol.arch_spec.fitted(data.in_features, data.n_classes))
     path = store.out / WEIGHTS / f"{run.source['run_id']}.pt"

@@ -1,0 +1,96 @@
+"""A frozen trunk (``Protocol.trunk``): the DARE paper's recipe for convolutional data, an ensemble
+of fully-connected heads on one frozen feature extractor (their CIFAR-10 rows put MLP heads on a
+pretrained ResNet-32). Here the trunk is a network of the architecture ``trunk`` (a LeNet-5),
+trained once per run seed as a single network on the run's ID training split with the protocol's
+optimiser, batch, epochs and init (cross-entropy, final weights, no early stop), then frozen; every
+split a run reads (train, validation, test, the OOD sets, and any set ``bench evaluate`` makes later)
+becomes the trunk's penultimate features, the 84 ReLU units before its last layer, and the run's
+members (``arch = mlp``) are heads on those rows.
+
+The runs of one protocol and seed share a trunk: a process keeps it, and ``OUT/trunks/<key>.pt`` keeps
+its weights for the other workers and for scoring stored weights again; the key hashes every
+protocol value the trunk depends on and the seed. Training it again gives the same trunk (its init
+and data order come from the seed's member-0 streams), so a lost file costs time, not results.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from bench.config import Protocol
+from bench.data.loaders import BenchData, Split
+from bench.training.loop import train
+from methods.single_network import SingleNetwork
+
+TRUNKS = "trunks"  # the folder of a results folder that keeps the trunks' weights
+CHUNK = 4096
+
+
+def trunk_protocol(protocol: Protocol) -> Protocol:
+    """The protocol the trunk trains under: the run's, with the trunk's architecture, no trunk of
+    its own, and no early stop (a feature extractor trains its epochs)."""
+    return dataclasses.replace(protocol, arch=protocol.trunk, trunk="none", early_stop_acc=None)
+
+
+def trunk_key(protocol: Protocol, seed: int) -> str:
+    values = {k: v for k, v in trunk_protocol(protocol).as_dict().items() if k not in ("ood_sets",)}
+    text = json.dumps({"protocol": values, "split_seed": protocol.split_seed_for(seed), "seed": seed},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_TRUNKS: dict[str, torch.nn.Module] = {}  # key -> the frozen feature module, per process
+
+
+def trunk_features(protocol: Protocol, seed: int, data: BenchData, out: Path | None,
+                   device: torch.device | str = "cpu", progress: bool = False) -> torch.nn.Module:
+    """The frozen feature module of (protocol, seed): from this process, from OUT/trunks, or trained."""
+    key = trunk_key(protocol, seed)
+    if key in _TRUNKS:
+        return _TRUNKS[key]
+    inner = trunk_protocol(protocol)
+    method = SingleNetwork()
+    spec = inner.arch_spec.fitted(data.in_features, data.n_classes)
+    path = None if out is None else Path(out) / TRUNKS / f"{key}.pt"
+    if path is not None and path.is_file():
+        model = method.build_model(seed, [0], spec)
+        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    else:
+        model = train(method, inner, data.train, data.n_classes, seed, progress=progress, label=f"trunk seed {seed}",
+                      device=device).model.cpu()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(f".{key}.partial")
+            torch.save(model.state_dict(), partial)
+            partial.replace(path)  # atomic: a reader sees the whole file or none
+    features = model.as_module(0)[:-1].eval()  # every layer but the last: the penultimate ReLU units
+    for parameter in features.parameters():
+        parameter.requires_grad_(False)
+    _TRUNKS[key] = features
+    return features
+
+
+@torch.no_grad()
+def _apply(features: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return features(x) if len(x) <= CHUNK else torch.cat([features(part) for part in x.split(CHUNK)])
+
+
+def featurized(protocol: Protocol, seed: int, data: BenchData, out: Path | None,
+               device: torch.device | str = "cpu", progress: bool = False) -> BenchData:
+    """``data`` with every split as the frozen trunk's features (unchanged when the protocol has no trunk);
+    its ``prepare`` maps images to features too, so sets made later (shifts) take the same path."""
+    if protocol.trunk == "none":
+        return data
+    features = trunk_features(protocol, seed, data, out, device, progress)
+    prepare = data.prepare
+
+    def split(s: Split) -> Split:
+        return Split(_apply(features, s.x), s.y)
+
+    return dataclasses.replace(data, train=split(data.train), val=split(data.val), test=split(data.test),
+                               ood={name: split(s) for name, s in data.ood.items()},
+                               prepare=lambda images: _apply(features, prepare(images)))
