@@ -21,6 +21,8 @@ def digits():
 
 def test_every_shift_level_is_deterministic_in_range_and_shaped_like_its_input(digits):
     for name, spec in shifts.SHIFTS.items():
+        if spec.dataset is not None:  # a dataset shift: images of its own (below)
+            continue
         for level in spec.levels:
             a = shifts.shifted(digits, name, level, seed=3)
             b = shifts.shifted(digits, name, level, seed=3)
@@ -81,7 +83,7 @@ def test_parse_shifts_names_families_and_errors():
     assert shifts.parse_shifts("none") == []
     assert shifts.parse_shifts("rotation,stripe") == ["rotation", "stripe"]
     assert len(shifts.parse_shifts("mnist_c")) == 15
-    assert len(shifts.parse_shifts("all")) == 17
+    assert len(shifts.parse_shifts("all")) == 18 and shifts.parse_shifts("dataset") == ["sklearn_digits"]
     with pytest.raises(ConfigError, match="unknown shift 'blur'"):
         shifts.parse_shifts("blur")
     with pytest.raises(ConfigError, match="level 7"):
@@ -117,3 +119,36 @@ def test_unknown_shift_or_ood_set_is_one_line_and_exit_2(tiny_data, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown OOD set 'svhn'" in err[0]
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--ood-sets", "svhn", "--no-download"]) == 2
+
+
+def test_scikit_learns_digits_replace_the_mnist_test_split_as_a_label_preserving_shift(digits):
+    from sklearn.datasets import load_digits
+
+    images, labels = shifts.shifted_set(digits, np.arange(12), "sklearn_digits", 1.0)
+    source = load_digits()
+    assert images.shape == (1797, 28, 28) and images.dtype == np.float32 and labels.tolist() == source.target.tolist()
+    assert images[:, :4].max() == 0 and images[:, :, 24:].max() == 0  # a 20 x 20 box in the middle, as MNIST's
+    # enlarged 2.5 x: the middle of each 8 x 8 source pixel keeps its value, scaled from 0-16 to 0-255
+    middle = images[:, 4:24, 4:24][:, 1::5, 1::5]  # rows and columns near each source pixel's centre
+    assert np.corrcoef(middle[:, :4, :4].ravel(), source.images[:, ::2, ::2].ravel())[0, 1] > 0.95
+    assert images.max() == pytest.approx(255.0) and images.min() == 0
+    spec = shifts.SHIFTS["sklearn_digits"]
+    assert spec.applies_to("mnist") and not spec.applies_to("fashion_mnist")
+    same, kept = shifts.shifted_set(digits, np.arange(12), "rotation", 90.0)  # a transformation keeps the labels
+    assert same.shape == digits.shape and kept.tolist() == list(range(12))
+
+
+def test_evaluate_scores_a_dataset_shift_only_for_the_id_dataset_of_its_classes(tiny_data, tmp_path):
+    import pandas as pd
+
+    for dataset in ("mnist", "fashion_mnist"):
+        out = tmp_path / dataset
+        assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "--epochs", "1",
+                     "--val-size", "50", "--hidden", "8", "--methods", "single_network", "--id-dataset", dataset,
+                     "--save-weights", "--no-download", "--no-plots", "-q"]) == 0
+        assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--ood-sets", "none",
+                     "--shifts", "sklearn_digits,stripe", "--no-download", "-q"]) == 0
+        table = pd.read_csv(out / "shift.csv")
+        expected = {"sklearn_digits", "stripe"} if dataset == "mnist" else {"stripe"}
+        assert set(table["shift"]) == expected, dataset
+        assert table["acc"].between(0, 1).all()

@@ -1,5 +1,11 @@
 """Image sets made from data that ships inside installed packages, so they need no download.
 
+``sklearn_digits``: scikit-learn's 1,797 handwritten digits (the UCI optdigits test set, 8 x 8, values
+0-16) scaled to 0-255, enlarged bilinearly to 20 x 20 and put in the middle of a 28 x 28 frame, as
+MNIST's digits fill a 20 x 20 box in theirs (MNIST centres each by its centre of mass; these fill
+their box). The same ten classes from other writers and another scanner: a label-preserving shift
+for MNIST (``bench.data.shifts``: accuracy and NLL, not OOD).
+
 ``letters``: the letters A-J (labels 0-9) rendered white on black in 28 x 28 from TrueType fonts
 that ship with matplotlib (DejaVu Sans, Sans Mono and Serif, STIX General, four weights each, and
 four Computer Modern faces: ``FONTS``), by FreeType through ``matplotlib.ft2font``, each image from
@@ -78,6 +84,23 @@ def letters(n: int = N_LETTERS, seed: int = LETTERS_SEED) -> tuple[np.ndarray, n
 def checksum(images: np.ndarray, labels: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(images, dtype=np.uint8).tobytes()
                           + np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()
+
+
+DIGITS_BOX = 20  # MNIST's digits fill a 20 x 20 box in the middle of the 28 x 28 frame
+
+
+@functools.cache
+def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as (1797, 28, 28) float32 images in 0-255 and their labels 0-9."""
+    from scipy.ndimage import zoom
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    big = zoom(digits.images * (255.0 / 16.0), (1, DIGITS_BOX / 8, DIGITS_BOX / 8), order=1)  # bilinear
+    frame = np.zeros((len(big), SIDE, SIDE))
+    margin = (SIDE - DIGITS_BOX) // 2
+    frame[:, margin:margin + DIGITS_BOX, margin:margin + DIGITS_BOX] = np.clip(big, 0.0, 255.0)
+    return frame.astype(np.float32), digits.target.astype(np.int64)
 
 
 def read_letters(root: Path, download: bool) -> tuple[np.ndarray, np.ndarray]:

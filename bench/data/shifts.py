@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from bench.data import rendered
 from bench.errors import ConfigError
 
 SIDE = 28
@@ -34,10 +35,17 @@ class Shift:
     family: str                 # "rotation" / "translation" (Ovadia et al.), "mnist_c"
     levels: tuple[float, ...]   # intensities, the x axis of the shift curves
     unit: str                   # of the levels: degrees, pixels, severity, or "" (one level)
-    apply: Callable[[np.ndarray, float, np.random.Generator], np.ndarray]  # [0, 1] images -> [0, 1]
+    apply: Callable[[np.ndarray, float, np.random.Generator], np.ndarray] | None  # [0, 1] images -> [0, 1]
     fidelity: str               # "exact" or "approximation: why"
     reference_level: float | None = None  # MNIST-C's published severity (the per-corruption table's level)
     middle_level: float | None = None     # rotation / translation: the table's level, mid-curve
+    # a dataset shift: another set of images of the ID classes replaces the test split (no ``apply``),
+    # for the ID datasets whose classes it shares
+    dataset: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
+    id_datasets: tuple[str, ...] = ()
+
+    def applies_to(self, id_dataset: str) -> bool:
+        return not self.id_datasets or id_dataset in self.id_datasets
 
     @property
     def table_level(self) -> float:
@@ -56,9 +64,19 @@ def shifted(images: np.ndarray, shift: str, level: float, seed: int = 0) -> np.n
     spec = get_shift(shift)
     if level not in spec.levels:
         raise ConfigError(f"shift {shift}: level {level:g} is not one of {', '.join(f'{v:g}' for v in spec.levels)}")
+    if spec.dataset is not None:
+        return spec.dataset()[0]
     rng = np.random.default_rng([seed, zlib.crc32(shift.encode()), spec.levels.index(level)])
     out = spec.apply(np.asarray(images, dtype=np.float64) / 255.0, level, rng)
     return (np.clip(out, 0.0, 1.0) * 255.0).astype(np.float32)
+
+
+def shifted_set(images: np.ndarray, labels: np.ndarray, shift: str, level: float, seed: int = 0
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The shifted test set, images and labels: the ID test images under ``shift`` with their labels,
+    or, for a dataset shift, its own images and labels."""
+    spec = get_shift(shift)
+    return shifted(images, shift, level, seed), (labels if spec.dataset is None else spec.dataset()[1])
 
 
 def get_shift(name: str) -> Shift:
@@ -376,4 +394,7 @@ SHIFTS: dict[str, Shift] = {s.name: s for s in [
     _mnist_c("dotted_line", _dotted_line),
     _mnist_c("zigzag", _zigzag),
     _mnist_c("canny_edges", _canny_edges),
+    Shift("sklearn_digits", "dataset", (1.0,), "", None, "a dataset, not a transformation: scikit-learn's 1,797 "
+          "8 x 8 digits enlarged to 20 x 20 in a 28 x 28 frame (bench.data.rendered)", dataset=rendered.sklearn_digits,
+          id_datasets=("mnist",)),
 ]}

@@ -284,20 +284,23 @@ def _score_shifts(context: Rescoring, runs: list[StoredRun], levels: list[tuple[
         generated, lit = {}, {}
         for i, run in enumerate(runs):
             dataset = run.config.protocol.id_dataset
+            if not shifts.get_shift(name).applies_to(dataset):  # a dataset shift of other classes: no row
+                continue
             if dataset not in generated:
-                shifted = shifts.shifted(run.data.test_images.numpy(), name, level, shift_seed)
+                images, labels = shifts.shifted_set(run.data.test_images.numpy(), run.data.test.y.numpy(), name,
+                                                    level, shift_seed)
                 if dataset not in dead:
                     dead[dataset] = load_images(context.data_dir, dataset, True,
                                                 context.download)[0].amax(dim=0).numpy() == 0
-                lit[dataset] = float((shifted[:, dead[dataset]] > 0).mean()) if dead[dataset].any() else 0.0
-                generated[dataset] = torch.from_numpy(shifted)
+                lit[dataset] = float((images[:, dead[dataset]] > 0).mean()) if dead[dataset].any() else 0.0
+                generated[dataset] = torch.from_numpy(images), torch.as_tensor(labels)
             _threads(run, context.threads)
-            split = prepared_split(run.data, generated[dataset], run.data.test.y)
+            split = prepared_split(run.data, *generated[dataset])
             torch.manual_seed(_stream(run.config.seed, name, level))
             probs, _ = predict_split(run.method, run.model, split, run.data.n_classes, context.device,
                                      f"shift {name} {level:g}")
             rows[i].append({"shift": name, "level": level, "shift_seed": shift_seed, "dead_pixels_lit": lit[dataset],
-                            **shift_metrics(probs, run.data.test.y.numpy())})
+                            **shift_metrics(probs, split.y.numpy())})
     return rows
 
 
