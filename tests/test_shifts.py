@@ -152,3 +152,14 @@ def test_evaluate_scores_a_dataset_shift_only_for_the_id_dataset_of_its_classes(
         expected = {"sklearn_digits", "stripe"} if dataset == "mnist" else {"stripe"}
         assert set(table["shift"]) == expected, dataset
         assert table["acc"].between(0, 1).all()
+
+
+def test_a_copy_of_the_digits_other_than_the_recorded_one_is_one_clear_error(monkeypatch):
+    from bench.data import rendered
+    from bench.errors import DataError
+
+    rendered.sklearn_digits.cache_clear()
+    monkeypatch.setattr(rendered, "DIGITS_SHA256", "0" * 64)
+    with pytest.raises(DataError, match="scikit-learn's digits have sha256 .*not the recorded 000000000000"):
+        rendered.sklearn_digits()
+    rendered.sklearn_digits.cache_clear()

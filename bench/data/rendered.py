@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.errors import DataError
+
 SIDE = 28
 LETTERS = "ABCDEFGHIJ"
 N_LETTERS = 10_000
@@ -82,11 +84,13 @@ def letters(n: int = N_LETTERS, seed: int = LETTERS_SEED) -> tuple[np.ndarray, n
 
 
 def checksum(images: np.ndarray, labels: np.ndarray) -> str:
+    """sha256 of integer images' bytes (0-255, as uint8) and their labels' (int64)."""
     return hashlib.sha256(np.ascontiguousarray(images, dtype=np.uint8).tobytes()
                           + np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()
 
 
 DIGITS_BOX = 20  # MNIST's digits fill a 20 x 20 box in the middle of the 28 x 28 frame
+DIGITS_SHA256 = "65e5b4619795efb40c1082f4c350c049e4ad552200d369b6ae99e21eef5e72c5"  # load_digits' 0-16 values, labels
 
 
 @functools.cache
@@ -96,6 +100,10 @@ def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
+    found = checksum(digits.images, digits.target)
+    if found != DIGITS_SHA256:
+        raise DataError(f"scikit-learn's digits have sha256 {found[:12]}..., not the recorded {DIGITS_SHA256[:12]}... "
+                        "(bench.data.rendered): another copy of the data than the one this shift was made from")
     big = zoom(digits.images * (255.0 / 16.0), (1, DIGITS_BOX / 8, DIGITS_BOX / 8), order=1)  # bilinear
     frame = np.zeros((len(big), SIDE, SIDE))
     margin = (SIDE - DIGITS_BOX) // 2
