@@ -269,7 +269,7 @@ def test_the_paper_preset_reuses_its_de_mse_rows_as_dares_references():
     (["--methods", "deep_ensemble", "-o", "checkpoint=best", "--val-size", "0"], "needs a validation split"),
     (["--ood-sets", "mnist"], "OOD set 'mnist' is not known for in-distribution mnist (known: fashion_mnist"),
     (["--id-dataset", "fashion_mnist", "--ood-sets", "svhn"],
-     "unknown OOD set 'svhn' (known for in-distribution fashion_mnist: mnist, cifar10_gray28, block_shuffled"),
+     "unknown OOD set 'svhn' (known for in-distribution fashion_mnist: mnist, cifar10_gray28, letters, block_shuffled"),
     (["--split-seed", "each"], "split_seed='each' is not valid"),
     (["--init", "he"], "init='he' is out of range; allowed: torch or glorot"),
     (["--adam-eps", "0"], "adam_eps='0' is out of range"),
