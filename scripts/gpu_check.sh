@@ -3,16 +3,16 @@
 # minutes of GPU time (the stages' limits add up to 460 s). GPU time is scarce (a session is lent 15
 # minutes, start-up included): prepare here, run once.
 #
-#   bash docs/gpu_check.sh --prepare [DATA_DIR]   on this machine: the data (gzipped) and the CPU table's
+#   bash scripts/gpu_check.sh --prepare [DATA_DIR]   on this machine: the data (gzipped) and the CPU table's
 #                                                 paper_table.csv into .gpu_data/, the packages the GPU
 #                                                 image lacks (wheels) into .whl/, both git-ignored
 #                                                 (.git/info/exclude); prints the size of what travels
-#   bash docs/gpu_tree.sh off | on                on this machine, around the device call: leave the
+#   bash scripts/gpu_tree.sh off | on                on this machine, around the device call: leave the
 #                                                 committed results/ (about 500 MB) out of what travels
-#   bash docs/gpu_check.sh [OUT]                  on the GPU machine, from the repository root, with
+#   bash scripts/gpu_check.sh [OUT]                  on the GPU machine, from the repository root, with
 #                                                 .gpu_data and .whl carried (OUT: $OUT or gpu_check).
 #                                                 JOBS=N: the table's --jobs (default 1)
-#   DEVICE=cpu SEEDS=0 TABLE_ARGS="--epochs 1" PATH=.venv/bin:$PATH bash docs/gpu_check.sh /tmp/rehearsal
+#   DEVICE=cpu SEEDS=0 TABLE_ARGS="--epochs 1" PATH=.venv/bin:$PATH bash scripts/gpu_check.sh /tmp/rehearsal
 #                                                 here: a rehearsal of every stage on the CPU (perf is cut
 #                                                 at its limit; the CUDA tests skip), to find a fault in
 #                                                 the script before GPU time is spent on it
@@ -43,7 +43,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $WHEELS
     echo "prepared .gpu_data/ and .whl/; carry both. What travels (tracked + untracked, not ignored), MiB:"
     { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cm --files0-from=- | tail -1
-    echo "over 64 MiB? leave the committed results out first: bash docs/gpu_tree.sh off"
+    echo "over 64 MiB? leave the committed results out first: bash scripts/gpu_tree.sh off"
     exit 0
 fi
 

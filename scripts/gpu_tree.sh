@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Leave the committed results/ out of what a device call sends, and take them back afterwards.
 #
-#   bash docs/gpu_tree.sh off   before the call: a branch gpu-check-tree, one commit on top of the
+#   bash scripts/gpu_tree.sh off   before the call: a branch gpu-check-tree, one commit on top of the
 #                               current one, on which results/ is untracked and ignored; its files
 #                               stay on disk (a grid running in the background writes on)
-#   bash docs/gpu_tree.sh on    after it: back where you were, results/ tracked again, the branch
+#   bash scripts/gpu_tree.sh on    after it: back where you were, results/ tracked again, the branch
 #                               deleted. Changes made to results/ meanwhile are kept: new files stay,
 #                               and edited or deleted tracked files stay edited or deleted
 #
@@ -22,7 +22,7 @@ back_to() {  # switch to a branch name or, detached, to a commit
 off() {
     git diff --quiet && git diff --cached --quiet || die "commit or stash your changes first"
     if git show-ref -q --verify "refs/heads/$BRANCH" || [[ -e $FROM_FILE ]]; then
-        die "$BRANCH is already there: run 'bash docs/gpu_tree.sh on' first"
+        die "$BRANCH is already there: run 'bash scripts/gpu_tree.sh on' first"
     fi
     local from
     from=$(git symbolic-ref -q --short HEAD || git rev-parse HEAD)
@@ -59,5 +59,5 @@ on() {
 case "${1:-}" in
     off) off ;;
     on) on ;;
-    *) die "usage: bash docs/gpu_tree.sh off|on" ;;
+    *) die "usage: bash scripts/gpu_tree.sh off|on" ;;
 esac
