@@ -23,6 +23,7 @@ OOD_SPLIT = "test"  # fixed: never an OOD train split (a torch-uncertainty pitfa
 SPLIT_FROM_RUN_SEED = "run"
 REFERENCE_METHOD = "deep_ensemble"  # every paired comparison and star design is against this method
 PRECISIONS = ("fp32", "tf32", "bf16")
+STEP_MODES = ("auto", "eager", "graph")  # how a training step runs (bench.training.graphs)
 
 
 def parse_pack_size(value: Any) -> int | str:
@@ -134,7 +135,7 @@ class Execution:
                                   "auto: as many as a quarter of the device's memory holds, at most "
                                   "bench.training.packs.MAX_AUTO_NETWORKS for its type")
 
-    step: str = choice("auto", ("auto", "eager", "graph"),
+    step: str = choice("auto", STEP_MODES,
                        help="how a training step runs: eager (each kernel launched from Python); graph (captured "
                        "once in a CUDA graph and replayed; a GPU and a method whose step can be captured, "
                        "bench.training.graphs); auto: graph where it applies, else eager. The same arithmetic "

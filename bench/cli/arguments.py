@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bench import api
-from bench.config import available_presets, load_preset, protocol_help
+from bench.config import STEP_MODES, available_presets, load_preset, protocol_help
 from bench.data import ood_sets
 from bench.data.files import DATA_DIR_ENV, DEFAULT_DATA_DIR
 from bench.errors import ConfigError
@@ -121,7 +121,7 @@ def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
                        f"device's memory holds, at most {MAX_AUTO_NETWORKS['cpu']} on the CPU and "
                        f"{MAX_AUTO_NETWORKS['cuda']} on a GPU (with --jobs, split so that every worker gets a pack). "
                        "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")
-    group.add_argument("--step", default="auto", choices=("auto", "eager", "graph"),
+    group.add_argument("--step", default="auto", choices=STEP_MODES,
                        help="how a training step runs: eager (kernels launched one by one from Python), graph "
                        "(captured once in a CUDA graph and replayed: a GPU only; methods whose step cannot be "
                        "captured, such as a plugin that does not declare `capturable`, run eagerly), auto (graph on a GPU, eager on the CPU; the "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench import api
 from bench.cli.arguments import DATA_DIR_HELP, RESULTS, add_command
+from bench.config import STEP_MODES
 from bench.errors import ConfigError
 from bench.options import parse_int_tuple
 from bench.training.perf import format_pack_perf, format_perf
@@ -37,7 +38,7 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
                       help="instead of (a)-(d): time (e) one pack of N one-member deep ensembles for each N "
                       "(e.g. 1,5,25,50), giving network-epochs/s and the fraction of the matmul peak per pack "
                       "size; writes OUT/perf_packs.csv")
-    perf.add_argument("--step", default="auto", choices=("auto", "eager", "graph"),
+    perf.add_argument("--step", default="auto", choices=STEP_MODES,
                       help="with --networks: how the pack's steps run (eager; graph: replayed from a CUDA graph, a "
                       "GPU only; auto: graph on a GPU, eager on the CPU); the step column says which ran")
     perf.add_argument("--peak-size", default="4096", help="matrix size n of the n x n torch.mm peak test")

@@ -22,12 +22,6 @@ from methods.base import DEFAULT_SCORE, ReferenceFailed
 TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
 
 
-def run_one(config: RunConfig, data: BenchData, progress: bool = True, execution: Execution = Execution(),
-            references: dict[str, dict] | None = None) -> tuple[dict, dict | None]:
-    """Train and evaluate one run (see run_pack)."""
-    return run_pack([config], data, progress, execution, [references or {}])[0]
-
-
 def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progress: bool = True,
              execution: Execution = Execution(), references: list[dict[str, dict]] | None = None,
              save_weights=None) -> list[tuple[dict, dict | None]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 
 import matplotlib
 
@@ -34,10 +33,6 @@ def primary_of(runs: pd.DataFrame, variant: str) -> str:
 
 def palette(variants: list[str]) -> dict[str, tuple]:
     return dict(zip(variants, sns.color_palette("colorblind", len(variants))))
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_")
 
 
 def protocol_title(runs) -> str:

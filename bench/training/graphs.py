@@ -28,7 +28,6 @@ import torch
 
 from methods.base import Method
 
-STEP_MODES = ("auto", "eager", "graph")
 WARMUP_STEPS = 3
 
 
