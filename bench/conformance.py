@@ -18,7 +18,7 @@ import torch
 from bench.config import make_protocol
 from bench.models.registry import ARCHITECTURES
 from bench.data.loaders import Split
-from bench.evaluation.metrics import SHARED_SCORES
+from bench.evaluation import scores
 from bench.evaluation.contract import InvalidPredictions, check_own_scores, check_probabilities
 from bench.options import describe, validate
 from bench.training.loop import train
@@ -96,7 +96,7 @@ def check_method(cls: type[Method], options: dict | None = None, arch: str = "ml
         check_own_scores(own, 20)
     except InvalidPredictions as exc:
         raise AssertionError(f"{name}: {exc}") from None
-    assert method.primary_score in (*SHARED_SCORES, *own), \
+    assert method.primary_score in (*scores.shared(), *own), \
         f"{name}: primary_score {method.primary_score!r} is neither a shared score nor one of its own"
     return method
 

@@ -45,13 +45,13 @@ import torch.nn.functional as F
 
 from bench.errors import ConfigError
 from bench.evaluation.calibration import fit_temperature
+from bench.evaluation.scores import DEFAULT_SCORE
 from bench.models.registry import ARCHITECTURES, ArchSpec
 from bench.models.stacked import StackedNetwork
 from bench.options import choice
 
 PREDICT_CHUNK = 8192  # rows per forward pass at test time: bounds memory for large test sets
 CHECKPOINT_RULES = ("none", "best", "last_below_threshold")
-DEFAULT_SCORE = "pred_entropy"
 FITTED_TEMPERATURE = "fitted_temperature"  # the model attribute and record field of a fitted temperature
 
 

@@ -13,12 +13,12 @@ import torch
 
 from bench.models.stacked import StackedNetwork
 from bench.options import choice, option, parse_int
-from methods.base import DEFAULT_SCORE, TASK_LOSSES, Method
+from bench.evaluation.scores import DEFAULT_SCORE, EQ35_DISTANCE
+from methods.base import TASK_LOSSES, Method
 
 MEMBERS_OPTION = dict(parse=parse_int, check=lambda v: v >= 1, allowed="an integer >= 1",
                       help="number of ensemble members")
 LOSS_HELP = "task loss: ce (cross-entropy) or mse (the DARE paper's MSE to K * onehot on the raw outputs)"
-DISTANCE_SCORE = "eq35_distance"
 
 
 def eq35_distance(outputs: np.ndarray) -> np.ndarray:
@@ -53,7 +53,7 @@ class DeepEnsemble(Method):
 
     @property
     def primary_score(self) -> str:
-        return DISTANCE_SCORE if self.loss == "mse" else DEFAULT_SCORE
+        return EQ35_DISTANCE if self.loss == "mse" else DEFAULT_SCORE
 
     def task_loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return TASK_LOSSES[self.loss](logits, targets)
@@ -62,4 +62,4 @@ class DeepEnsemble(Method):
         # the distance to K * onehot only means something for outputs trained towards it
         if self.loss != "mse":
             return {}
-        return {DISTANCE_SCORE: eq35_distance(self.logits(model, x).cpu().numpy())}
+        return {EQ35_DISTANCE: eq35_distance(self.logits(model, x).cpu().numpy())}

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bench.cli.main import main
-from bench.evaluation.metrics import SHARED_SCORES
+from bench.evaluation.scores import shared
 
 ARGS = ["--methods", "deep_ensemble", "dare", "mc_dropout", "--seeds", "0", "1", "--epochs", "3",
         "--val-size", "50", "--early-stop-acc", "none", "--lr", "0.005", "-o", "members=2",
@@ -53,8 +53,8 @@ def test_cli_run_writes_records_tables_and_plots(trained, tiny_data, tmp_path, c
     assert not list(out.glob("top_uncertain_*.png"))  # one figure for the protocol, a row per variant
     # selective prediction from the cached predictions, and the paired differences to the deep ensemble
     selective = pd.read_csv(out / "selective.csv")
-    assert set(selective["score"]) == set(SHARED_SCORES)
-    assert len(selective) == len(SHARED_SCORES) * 6 and (selective["augrc"] <= selective["aurc"] + 1e-12).all()
+    assert set(selective["score"]) == set(shared())
+    assert len(selective) == len(shared()) * 6 and (selective["augrc"] <= selective["aurc"] + 1e-12).all()
     assert runs["augrc_one_minus_max_prob"].notna().all() and runs["smece_one_minus_max_prob"].notna().all()
     paired = pd.read_csv(out / "paired.csv")
     assert set(paired["reference"]) == {"deep_ensemble(checkpoint=none, members=2, loss=ce)"}

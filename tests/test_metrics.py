@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from bench.evaluation import calibration, measures, metrics
+from bench.evaluation import scores as score_registry
 
 
 def test_entropy_in_bits_with_zero_log_zero():
@@ -88,7 +89,7 @@ def test_evaluate_names_units_and_scores():
                 "auroc_pred_entropy_vs_a", "auroc_pred_entropy_vs_b", "fpr95_mutual_info_vs_a",
                 "aupr_in_one_minus_max_prob_vs_b", "id_ece", "id_brier"):
         assert col in out
-    assert set(scores) == set(metrics.SHARED_SCORES)
+    assert set(scores) == set(score_registry.shared())
     assert np.all(scores["mutual_info"][0] >= 0) and set(scores["mutual_info"][1]) == {"a", "b"}
 
 
@@ -124,6 +125,19 @@ def test_geometric_mean_is_the_softmax_of_averaged_logits():
     softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     mean_logits = logits.mean(0)
     expected = np.exp(mean_logits) / np.exp(mean_logits).sum(-1, keepdims=True)
-    assert np.allclose(metrics.geometric_mean_probs(softmax), expected, atol=1e-12)
+    assert np.allclose(score_registry.geometric_mean_probs(softmax), expected, atol=1e-12)
     underflow = np.array([[[1.0, 0.0]], [[0.5, 0.5]]])  # a zero probability stays finite
-    assert np.isfinite(metrics.geometric_mean_probs(underflow)).all()
+    assert np.isfinite(score_registry.geometric_mean_probs(underflow)).all()
+
+
+def test_every_score_is_declared_once_with_its_label_and_a_duplicate_is_refused():
+    from bench.errors import ConfigError
+    assert score_registry.shared() == ("pred_entropy", "mutual_info", "one_minus_max_prob", "member_entropy",
+                                       "geo_mean_entropy")  # the order every record's columns come in
+    assert score_registry.get("eq35_distance").compute is None  # a method's own: DE (MSE) and DARE compute it
+    assert score_registry.label("mutual_info") == "mutual information (bits)"
+    assert score_registry.label("a_plugins_score") == "a_plugins_score"  # unregistered: its name
+    with pytest.raises(ConfigError, match="a score named 'pred_entropy' is registered already"):
+        score_registry.register(score_registry.Score("pred_entropy", "again"))
+    with pytest.raises(ConfigError, match="no score named 'nope'"):
+        score_registry.get("nope")

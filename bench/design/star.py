@@ -24,7 +24,7 @@ import pandas as pd
 from bench.config import REFERENCE_METHOD, Protocol
 from bench.errors import ConfigError
 from bench.design.grid import OPTION_FLAG, Assignment, GridItem, expand_grid
-from bench.evaluation.metrics import SHARED_SCORES
+from bench.evaluation import scores
 from methods import get_method
 from bench.store import write_csv
 
@@ -225,7 +225,7 @@ def _check_score(name: str, score: Any, items: list[GridItem]) -> set[str]:
     """A score every method of the setting has (shared, or every method's own); returns their
     primary scores."""
     primaries = {i.runs()[0].make_method().primary_score for i in items}
-    known = list(dict.fromkeys([*SHARED_SCORES, *(sorted(primaries) if len(primaries) == 1 else [])]))
+    known = list(dict.fromkeys([*scores.shared(), *(sorted(primaries) if len(primaries) == 1 else [])]))
     if score not in known:
         raise ConfigError(f"star setting '{name}': unknown score '{score}' for its methods "
                           f"(known: {', '.join(known)})")

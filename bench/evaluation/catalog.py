@@ -21,7 +21,8 @@ from bench.errors import ConfigError
 from bench.evaluation.calibration import ECE_BINS, binned_ece, ece
 from bench.evaluation.columns import OOD_METRICS, PRIMARY, ood_column, score_key, selective_column, uncertainty_column
 from bench.evaluation.measures import NLL_CLAMP, accuracy, brier, entropy_bits, nll, uncertainty_decomposition
-from bench.evaluation.selective import MAX_PROB, selective_metrics
+from bench.evaluation.scores import MAX_PROB, MUTUAL_INFO, PRED_ENTROPY
+from bench.evaluation.selective import selective_metrics
 
 UB_ECE_BINS = 10  # uncertainty-baselines' calibration error (bench/published/ub_lenet5.toml)
 HIGHER, LOWER = "higher", "lower"  # which direction of a metric is better
@@ -246,7 +247,7 @@ register(Metric("fpr95", "FPR@95 vs {set}", better=LOWER, ood_metric="fpr95", sh
 # how much of the detection comes from the members' disagreement, against the first set
 register(Metric(
     "auroc_mutual_info", "AUROC vs {set} by mutual information", "AUROC vs {set}\n(mutual information)",
-    better=HIGHER, ood_metric="auroc", score="mutual_info", first_sets=1, shows={COMPARISON: 3}))
+    better=HIGHER, ood_metric="auroc", score=MUTUAL_INFO, first_sets=1, shows={COMPARISON: 3}))
 
 # recorded elsewhere: the selective metrics from the cached arrays (bench.evaluation.selective),
 # the training time and weight size by the runner
@@ -271,10 +272,10 @@ register(Metric(
     shows={SHIFT_SUMMARY: 3, SHIFT_CLEAN: 3, SHIFT_TABLE: 3, SHIFT_CURVES: 3}))
 register(Metric(
     "pred_entropy_bits", "entropy (bits)", "predictive entropy (bits)", shift=True,
-    clean=uncertainty_column("pred_entropy"), compute=mean_pred_entropy,
+    clean=uncertainty_column(PRED_ENTROPY), compute=mean_pred_entropy,
     shows={SHIFT_SUMMARY: 5, SHIFT_CLEAN: 5, SHIFT_TABLE: 5, SHIFT_CURVES: 5}))
 register(Metric(
-    "mutual_info_bits", "mutual information (bits)", shift=True, clean=uncertainty_column("mutual_info"),
+    "mutual_info_bits", "mutual information (bits)", shift=True, clean=uncertainty_column(MUTUAL_INFO),
     compute=mean_mutual_info, shows={SHIFT_CLEAN: 6, SHIFT_TABLE: 7, SHIFT_CURVES: 6}))
 register(Metric(
     "augrc", "AUGRC", digits=4, better=LOWER, shift=True, clean=selective_column("augrc", MAX_PROB),

@@ -9,7 +9,8 @@ import numpy as np
 
 from bench.evaluation import catalog
 from bench.evaluation.columns import ood_column, uncertainty_column
-from bench.evaluation.measures import entropy_bits, uncertainty_decomposition
+from bench.evaluation import scores
+from bench.evaluation.measures import uncertainty_decomposition
 
 
 def ood_metrics(score_id: np.ndarray, score_ood: np.ndarray) -> dict[str, float]:
@@ -28,38 +29,10 @@ def ood_metrics(score_id: np.ndarray, score_ood: np.ndarray) -> dict[str, float]
     }
 
 
-LOG_CLAMP = 1e-300  # a float32 probability that underflowed to 0 keeps a finite log in float64
-
-
-def geometric_mean_probs(probs: np.ndarray) -> np.ndarray:
-    """(S, N, K) -> (N, K): the normalised geometric mean of the samples' probabilities. For softmax
-    outputs it is the softmax of the averaged logits (each log-softmax differs from its logits by a
-    per-sample constant, which the normalisation removes), exactly while no probability has
-    underflowed float32 (log p > -103); an underflowed one counts as LOG_CLAMP."""
-    log_p = np.log(np.clip(np.asarray(probs, dtype=np.float64), LOG_CLAMP, None)).mean(axis=0)
-    log_p -= log_p.max(axis=-1, keepdims=True)
-    p = np.exp(log_p)
-    return p / p.sum(axis=-1, keepdims=True)
-
-
-# Scores that discard the members' disagreement: one member's entropy, and the entropy of the
-# members' normalised geometric mean (their averaged logits). They show how much of an ensemble's
-# OOD detection comes from the members disagreeing, and how a "collapsed" ensemble would score.
-COLLAPSED_SCORES = ("member_entropy", "geo_mean_entropy")
-SHARED_SCORES = ("pred_entropy", "mutual_info", "one_minus_max_prob", *COLLAPSED_SCORES)  # every run has these
-
-
 def ood_scores(probs: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-sample OOD scores (higher = more OOD) from (S, N, K) probabilities: predictive entropy,
-    mutual information, 1 - max mean probability, and the COLLAPSED_SCORES (member_entropy: the
-    first sample's, i.e. member 0's or MC pass 0's, entropy)."""
+    """Every shared OOD score (bench.evaluation.scores; higher = more OOD) of (S, N, K) probabilities, per sample."""
     probs = np.asarray(probs, dtype=np.float64)
-    decomposition = uncertainty_decomposition(probs)
-    return {"pred_entropy": decomposition["pred_entropy"],
-            "mutual_info": decomposition["mutual_info"],
-            "one_minus_max_prob": 1.0 - probs.mean(axis=0).max(axis=1),
-            "member_entropy": entropy_bits(probs[0]),
-            "geo_mean_entropy": entropy_bits(geometric_mean_probs(probs))}
+    return {name: scores.SCORES[name].compute(probs) for name in scores.shared()}
 
 
 def prediction_metrics(probs: np.ndarray, labels: np.ndarray, validation: bool = False) -> dict[str, float]:

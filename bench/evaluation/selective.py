@@ -25,6 +25,7 @@ import pandas as pd
 
 from bench.evaluation.calibration import smooth_ece
 from bench.evaluation.columns import score_key, selective_column
+from bench.evaluation.scores import MAX_PROB
 
 COVERAGES = (0.8, 0.9, 0.95)  # the selective-risk-at-coverage columns
 
@@ -97,7 +98,6 @@ def run_selective(arrays: dict[str, np.ndarray]) -> list[dict]:
     return rows
 
 
-MAX_PROB = "one_minus_max_prob"  # the score whose negative ranks like the max mean probability
 NOT_SCORES = ("id_pred", "id_label", "id_conf", "id_p_true")  # the other id_ arrays are per-sample OOD scores
 METRICS = ("aurc", "eaurc", "augrc", *(risk_at_name(c) for c in COVERAGES), "smece")
 

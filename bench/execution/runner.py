@@ -17,7 +17,8 @@ from bench.evaluation.contract import InvalidPredictions, check_own_scores, chec
 from bench.evaluation.columns import ood_column, score_key
 from bench.training.packs import packed_method
 from bench.training.loop import Diverged, train, train_pack
-from methods.base import DEFAULT_SCORE, ReferenceFailed
+from bench.evaluation.scores import DEFAULT_SCORE
+from methods.base import ReferenceFailed
 
 TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
 

@@ -22,6 +22,7 @@ from bench.config import REFERENCE_METHOD
 from bench.evaluation.catalog import CATALOG, PAIRED, Metric, shown_in
 from bench.evaluation.metrics import ood_metrics
 from bench.evaluation.columns import score_key
+from bench.evaluation.scores import PRED_ENTROPY
 
 LEVEL = 0.95
 NO_PREDICTIONS = "no cached predictions"  # how a bootstrap row of a run without predictions/ begins its note
@@ -172,7 +173,7 @@ def bootstrap_table(runs: pd.DataFrame, differences: pd.DataFrame, load_arrays, 
             n = len(arrays_a["id_label"])
             sets = list(dict.fromkeys(parsed[1] for parsed in map(read_paired_metric, frame["metric"])
                                       if parsed and parsed[1]))
-            sizes = {o: len(arrays_a.get(score_key("pred_entropy", o), [])) for o in sets}
+            sizes = {o: len(arrays_a.get(score_key(PRED_ENTROPY, o), [])) for o in sets}
             rng = np.random.default_rng([seed, int(s), *map(ord, f"{variant}|{reference}")])
             draws = [(rng.integers(0, n, n), {o: rng.integers(0, m, m) for o, m in sizes.items()})
                      for _ in range(n_boot)]

@@ -12,19 +12,14 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from bench.evaluation.columns import selective_column  # noqa: E402
-from bench.evaluation.selective import MAX_PROB  # noqa: E402
+from bench.evaluation import scores  # noqa: E402
+from bench.evaluation.scores import MAX_PROB  # noqa: E402
 
 # the AUGRC of abstaining by the max mean probability: the runs have it once their selective metrics are in
 MAX_PROB_AUGRC = selective_column("augrc", MAX_PROB)
 
-SCORE_LABELS = {"pred_entropy": "predictive entropy (bits)", "mutual_info": "mutual information (bits)",
-                "one_minus_max_prob": "1 - max probability", "eq35_distance": "Eq. 35 distance",
-                "member_entropy": "one member's entropy (bits)",
-                "geo_mean_entropy": "entropy of the geometric mean (bits)"}
-
-
 def score_label(score: str) -> str:
-    return SCORE_LABELS.get(score, score)
+    return scores.label(score)
 
 
 def primary_of(runs: pd.DataFrame, variant: str) -> str:

@@ -15,6 +15,7 @@ from bench.config import Protocol, available_presets, load_preset, make_protocol
 from bench.errors import BenchError, ConfigError
 from bench.evaluation.catalog import PAIRED, SUMMARY, shown_in
 from bench.evaluation.columns import scored_sets
+from bench.evaluation.scores import DEFAULT_SCORE
 from bench.store import RunStore, write_csv
 from bench.tables import parse_skipped, sorted_runs, summarize, without_candidates
 from bench.reporting.formatting import format_difference, mean_std
@@ -116,7 +117,7 @@ def format_summary(summary, markdown: bool = False) -> str:
         restored = row.get("nonfinite_members_mean")
         if restored is not None and not pd.isna(restored) and restored > 0:  # members kept a checkpoint
             n += f" ({round(restored * row['n'])} members non-finite, checkpoint kept)"
-        score = row.get("primary_score", "pred_entropy")
+        score = row.get("primary_score", DEFAULT_SCORE)
         lines.append([str(row["variant"]), n, score] + [
             mean_std(row.get(f"{column(score)}_mean"), row.get(f"{column(score)}_std"), scale, digits)
             for column, _, scale, digits in columns] + ([str(row.get("selected") or "")] if chosen else []))

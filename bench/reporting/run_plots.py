@@ -18,6 +18,7 @@ from bench.evaluation.columns import PRIMARY, ood_column, score_key
 from bench.reporting.plotting import MAX_PROB_AUGRC, ProtocolView, primary_of, score_label
 from bench.evaluation.calibration import ECE_BINS, reliability_bins
 from bench.evaluation.selective import rc_curve, risk_at_coverage
+from bench.evaluation.scores import MAX_PROB, PRED_ENTROPY
 
 def comparison(path: Path, view: ProtocolView) -> None:
     """Each headline metric per variant: the seeds as dots, their mean ± sd as a diamond."""
@@ -113,7 +114,7 @@ def top_uncertain(path: Path, view: ProtocolView) -> None:
             ax.imshow(arr["top_images"][c], cmap="gray_r")
             pred, true = int(arr["id_pred"][idx]), int(arr["id_label"][idx])
             ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
-                         f"H = {arr[score_key('pred_entropy')][idx]:.2f} bits", fontsize=8,
+                         f"H = {arr[score_key(PRED_ENTROPY)][idx]:.2f} bits", fontsize=8,
                          color="black" if pred == true else "crimson")
         row.suptitle(textwrap.fill(f"{first['variant']}, seed {int(first['seed'])}", 150), fontsize=8,
                      fontweight="bold")
@@ -178,7 +179,7 @@ def risk_coverage(path: Path, view: ProtocolView) -> None:
         curves = []
         for rid in runs.loc[runs["variant"] == variant, "run_id"]:
             a = arrays[rid]
-            curve = rc_curve(-a[score_key("one_minus_max_prob")].astype(np.float64), a["id_pred"] != a["id_label"])
+            curve = rc_curve(-a[score_key(MAX_PROB)].astype(np.float64), a["id_pred"] != a["id_label"])
             curves.append([risk_at_coverage(curve, c) for c in grid])
         curves = np.array(curves)
         augrc = runs.loc[runs["variant"] == variant, MAX_PROB_AUGRC]

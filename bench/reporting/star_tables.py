@@ -15,7 +15,7 @@ import pandas as pd
 from bench.design.star import read_design
 from bench.evaluation.catalog import ID_ACC, STAR, STAR_PAIRED, Metric, shown_in
 from bench.evaluation.columns import ood_column, scored_sets
-from bench.evaluation.metrics import SHARED_SCORES
+from bench.evaluation import scores as score_registry
 from bench.reporting.paired import pair
 from bench.config import REFERENCE_METHOD
 from bench.store import write_csv
@@ -48,7 +48,7 @@ def star_table(design: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
                 continue
             ok = frame[frame["status"] == "ok"]
             ident = {**head, "method": method, "label": frame["label"].iloc[0]}
-            scores = list(dict.fromkeys([*SHARED_SCORES, frame["primary_score"].iloc[0]]))
+            scores = list(dict.fromkeys([*score_registry.shared(), frame["primary_score"].iloc[0]]))
             for metric in shown_in(STAR):
                 rows += _value_rows(ident, ok, metric, sets, scores, chosen[method])
             rows += _checkpoint_rows(ident, ok)
@@ -181,7 +181,7 @@ def setting_summary(table: pd.DataFrame, reference: str = REFERENCE_METHOD) -> p
             "same_sign_as_base": bool(np.sign(p["mean"]) == np.sign(base_mean)) if not math.isnan(base_mean) else None,
             f"{reference}_moved": value(at, reference) - value(base, reference),
             f"{p['method']}_moved": value(at, p["method"]) - value(base, p["method"]),
-            f"{reference}_pred_entropy_auroc": value(at, reference, "pred_entropy"),
+            f"{reference}_pred_entropy_auroc": value(at, reference, score_registry.PRED_ENTROPY),
             "acc_difference": a["mean"] if a is not None else math.nan,
             "acc_low": a["low"] if a is not None else math.nan, "acc_high": a["high"] if a is not None else math.nan,
             "checkpoint_kept": f"{int(fired['total'].iloc[0])}/{int(fired['out_of'].iloc[0])}" if len(fired) else "",
