@@ -1,0 +1,82 @@
+"""uncertainty-baselines' Deterministic row from the ensembles' members, scored one by one.
+
+A 10-member deep ensemble's member m of seed s draws its init and data order from the streams
+(s, m), as a single network of seed s does for m = 0; trained in a pack or alone, a network computes
+the same (tests/test_packs.py). This script checks that on the stored weights (member 0 of each
+seed's ensemble against the single network of that seed, every parameter, bitwise), then scores each
+member alone on the ID test split: accuracy, NLL and ECE with 10 bins of its own softmax. The
+members are 10 single networks per seed: with 3 seeds, 30 draws of the Deterministic row instead of
+3, beside the published value with the verdict rule of bench.reporting.verdicts.
+
+Needs the folder's weights (`run --save-weights`; git-ignored, so on the machine that trained them).
+
+    python results/ub-lenet-mnist/members_alone.py [FOLDER]    # -> FOLDER/members_alone.csv
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bench.config import make_protocol
+from bench.data.files import resolve_data_dir
+from bench.data.loaders import load_benchmark_data
+from bench.evaluation.catalog import mean_accuracy, mean_ece_10_bins, mean_nll
+from bench.reporting.published import load_published
+from bench.reporting.verdicts import format_verdict, verdict
+
+FOLDER = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent
+METRICS = {"nll_nats": (mean_nll, 1), "accuracy_pct": (mean_accuracy, 100), "ece_10_bins": (mean_ece_10_bins, 1)}
+
+
+def records(method: str) -> dict[int, dict]:
+    found = [json.loads(p.read_text()) for p in sorted((FOLDER / "records").glob("*.json"))]
+    return {r["seed"]: r for r in found if r["method"] == method and r["status"] == "ok"
+            and (FOLDER / "weights" / f"{r['run_id']}.pt").is_file()}
+
+
+def weights(record: dict) -> dict[str, torch.Tensor]:
+    return torch.load(FOLDER / "weights" / f"{record['run_id']}.pt", map_location="cpu", weights_only=True)
+
+
+@torch.no_grad()
+def member_rows(record: dict) -> list[dict]:
+    protocol = make_protocol(record["config"]["protocol"])
+    data = load_benchmark_data(protocol, resolve_data_dir(None), download=False, seed=record["seed"])
+    members = record["members"]
+    model = protocol.arch_spec.build(record["seed"], list(range(members)))
+    model.load_state_dict(weights(record))
+    rows = []
+    for m in range(members):
+        probs = model.as_module(m)(data.test.x).softmax(-1).double().numpy()[None]
+        labels = data.test.y.numpy()
+        rows.append({"seed": record["seed"], "member": m, "run_id": record["run_id"],
+                     **{name: scale * f(probs, labels) for name, (f, scale) in METRICS.items()}})
+    return rows
+
+
+def main() -> None:
+    ensembles, singles = records("deep_ensemble"), records("single_network")
+    checks = []
+    for seed in sorted(set(ensembles) & set(singles)):
+        de, alone = weights(ensembles[seed]), weights(singles[seed])
+        checks.append(all(torch.equal(de[k][0], alone[k][0]) for k in alone))
+        print(f"seed {seed}: member 0 of the ensemble equals the single network trained alone, bitwise: {checks[-1]}")
+    table = pd.DataFrame([row for seed in sorted(ensembles) for row in member_rows(ensembles[seed])])
+    table.to_csv(FOLDER / "members_alone.csv", index=False, float_format="%.10g")
+    published = load_published("ub_lenet5")
+    dataset = ensembles[min(ensembles)]["id_dataset"]
+    cells = published.cells[(published.cells["in_distribution"] == dataset) & (published.cells["method"] == "Deterministic")]
+    for _, cell in cells.iterrows():
+        values = table[cell["metric"]]
+        result = verdict(values.mean(), values.std(ddof=1), len(values), cell["mean"], resolution=cell["resolution"])
+        print(f"{cell['metric']}: {values.mean():.4f} ± {values.std(ddof=1):.4f} ({len(values)} members) "
+              f"vs published {cell['mean']}: {format_verdict(result, 3)}")
+    if not all(checks):
+        raise SystemExit("a member differs from its single network: the members are not single networks")
+
+
+if __name__ == "__main__":
+    main()
