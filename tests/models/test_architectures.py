@@ -26,7 +26,7 @@ from bench.training.loop import train, train_pack
 from bench.training.packs import packed_method
 from methods.deep_ensemble import DeepEnsemble
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MNIST = (1, 28, 28)
 IMAGE_ARCHS = ("lenet5", "lenet5_same")
 

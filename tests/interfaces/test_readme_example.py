@@ -7,7 +7,7 @@ import pandas as pd
 
 from bench.cli.main import main
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 METHODS_DOC = ROOT / "docs" / "methods.md"
 EXAMPLE = re.compile(r"```python\n(# ~/my_methods/wd_ensemble.py.*?)```", re.S)
 

@@ -19,9 +19,9 @@ from bench.execution.claims import Claims, RunsToDo
 from bench.provenance import worker_name
 from bench.store import RECORD_SCHEMA, NewerSchema, RunStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_1 = ROOT / "results" / "paper-fmnist"    # written by dare-bench 0.2.0: no schema field
-SCHEMA_2 = Path(__file__).parent / "records" / "schema-2"  # a tiny run's folder, written by 0.4.0
+SCHEMA_2 = Path(__file__).parents[1] / "records" / "schema-2"  # a tiny run's folder, written by 0.4.0
 
 
 # ---- claims, in one process --------------------------------------------------------------------

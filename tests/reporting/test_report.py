@@ -59,7 +59,7 @@ def test_help_shows_the_presets_values_not_none(capsys):
 
 
 def test_the_readme_refers_to_no_file_outside_the_repository():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert not re.findall(r"\.\./", readme)
 
 

@@ -328,7 +328,7 @@ def test_joint_methods_train_the_same_with_no_vectorize(name):
 
 def test_joint_members_are_checkpointed_together_on_their_mean_validation_loss():
     import sys
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "training"))
     from test_checkpoint import TRAIN, VAL, protocol, val_curve
     result = train(NegCorr(members=2, lam=0.0, checkpoint="best"), protocol(), TRAIN, 3, seed=0,
                    progress=False, val=VAL)

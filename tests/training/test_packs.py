@@ -348,7 +348,7 @@ def test_kill_9_mid_pack_loses_only_that_pack_and_the_same_command_resumes(tiny_
                "--seeds", "0", "1", "--data-dir", str(tiny_data), "--out", str(out), "--epochs", "2",
                "--val-size", "50", "--hidden", "8", "--batch-size", "32", "--no-download", "--no-plots", "-q",
                "--pack-size", "6"]  # the two methods mix: a pack of each method's 6 networks
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)  # keep packages put on the path
     env = {**os.environ, "DARE_BENCH_TEST_MARKER": str(marker), "PYTHONPATH": path}
     process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

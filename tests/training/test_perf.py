@@ -69,7 +69,7 @@ def test_perf_times_lenet_packs_beside_a_plain_loop(tiny_data, tmp_path, capsys)
     assert table[["path", "networks"]].values.tolist() == [["pack", 1], ["plain_loop", 1], ["pack", 2],
                                                            ["plain_loop", 2]]
     assert (table["train_seconds"] > 0).all() and (table["arch"] == "lenet5").all() and "hidden" not in table
-    # the same work on both paths: LeNet-5's 2,263,920 training FLOPs a sample (tests/test_architectures.py)
+    # the same work on both paths: LeNet-5's 2,263,920 training FLOPs a sample (tests/models/test_architectures.py)
     row = table.set_index(["path", "networks"]).loc[("plain_loop", 2)]
     assert row["train_tflop"] == pytest.approx(2_263_920 * 300 * 2 / 1e12)
     assert row["fraction_of_peak"] == pytest.approx(row["train_tflop"] * 1e3 / row["train_seconds"]

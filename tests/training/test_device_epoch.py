@@ -220,7 +220,7 @@ def test_a_pack_whose_options_are_tensors_is_judged_by_its_class():
 
 
 def test_precision_is_part_of_a_runs_identity_and_row_only_when_not_fp32():
-    record = json.loads((Path(__file__).parent / "records/schema-2/records/d2f0b0ac2c7d.json").read_text())
+    record = json.loads((Path(__file__).parents[1] / "records/schema-2/records/d2f0b0ac2c7d.json").read_text())
     config = record["config"]
     rebuilt = make_run_config(config["method"], config["method_options"], make_protocol(config["protocol"]),
                               config["seed"], config["preset"])

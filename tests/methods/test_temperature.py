@@ -14,7 +14,7 @@ from bench.config import make_protocol, make_run_config
 from bench.evaluation.calibration import fit_temperature
 from methods.base import FITTED_TEMPERATURE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def nll(logits: np.ndarray, labels: np.ndarray, t: float) -> float:
