@@ -63,8 +63,8 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 git log -1 --format='commit %h %s' 2>/dev/null || true
 
 stage "CUDA tests: graph = eager bitwise, a re-run bitwise, no host sync inside an epoch, a pack on the GPU"
-timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_device_epoch.py \
-    tests/test_packs.py::test_a_pack_trains_on_the_gpu_as_on_the_cpu_within_float_rounding > "$OUT/pytest_cuda.txt" 2>&1
+timeout 60 python3 -m pytest -q -p no:cacheprovider tests/training/test_device_epoch.py \
+    tests/training/test_packs.py::test_a_pack_trains_on_the_gpu_as_on_the_cpu_within_float_rounding > "$OUT/pytest_cuda.txt" 2>&1
 tail -3 "$OUT/pytest_cuda.txt"
 
 stage "bench perf: paper MLP (784-100-100-100-10, batch 128) graph and eager, seed MLP (784-256-256-10, batch 256) graph"

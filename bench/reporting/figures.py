@@ -119,21 +119,23 @@ def write_figures(out: Path, views: list[ProtocolView], echo: Callable[[str], No
     # before drawing (per-variant top_uncertain_<variant>.png among them), so this one does it once
     unrecorded = [] if REPORT in recorded(out) else [p.name for f in FIGURES for p in out.glob(f"{f.name}*.png")]
     last = set(recorded(out).get(REPORT, unrecorded))
-    files, kept = [], []
+    files, kept, in_order = [], [], []  # in_order: drawn and kept alike, so figures.json reads the same either way
     for view in views:
         for figure in FIGURES:
             path = out / f"{figure.name}{view.tag}.png"
             if figure.needs_predictions and not has_all_predictions(view):
                 if path.name in last and path.is_file():
                     kept.append(path)
+                    in_order.append(path)
             elif figure.applies(view):
                 files.append(path)
+                in_order.append(path)
                 figure.draw(path, view)
                 plt.close("all")
     if kept:
         echo(f"kept {', '.join(p.name for p in kept)} as the last report drew them: they need the runs' cached "
              f"predictions, which {out / 'predictions'} lacks")
-    record_figures(out, REPORT, files + kept, unrecorded)
+    record_figures(out, REPORT, in_order, unrecorded)
     return files
 
 

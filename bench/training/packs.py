@@ -9,7 +9,7 @@ its own run's split. Runs of methods that ``mixes`` share a pack by protocol alo
 each method's runs one part of it. Every network (run x member; a joint run's members as one
 unit) keeps its own init and data-order streams,
 optimiser state, early stop, checkpoint and non-finite handling, so packing changes speed, not the
-computation: ``tests/test_packs.py`` checks it bitwise on small networks;
+computation: ``tests/training/test_packs.py`` checks it bitwise on small networks;
 on full-size networks two CPU kernels round a packed network's values differently (docs/usage.md,
 "Packs", gives the measured bound).
 """

@@ -2,7 +2,7 @@
 
 A 10-member deep ensemble's member m of seed s draws its init and data order from the streams
 (s, m), as a single network of seed s does for m = 0; trained in a pack or alone, a network computes
-the same (tests/test_packs.py). This script checks that on the stored weights (member 0 of each
+the same (tests/training/test_packs.py). This script checks that on the stored weights (member 0 of each
 seed's ensemble against the single network of that seed, every parameter, bitwise), then scores each
 member alone on the ID test split: accuracy, NLL and ECE with 10 bins of its own softmax. The
 members are 10 single networks per seed: with 3 seeds, 30 draws of the Deterministic row instead of

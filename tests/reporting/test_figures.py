@@ -101,6 +101,7 @@ def test_a_figure_of_the_cached_predictions_is_kept_not_redrawn_when_a_folder_la
                                                                                          capsys):
     monkeypatch.setattr(figures, "FIGURES", [f for f in figures.FIGURES if f.name in ("reliability", "comparison")])
     assert main(["report", "--out", str(folder)]) == 0
+    listed = json.loads((folder / "figures.json").read_text())["report"]
     if not manifest:
         (folder / "figures.json").unlink()
     drawn = {name: (folder / name).read_bytes() for name in pngs(folder, "reliability")}
@@ -120,6 +121,7 @@ def test_a_figure_of_the_cached_predictions_is_kept_not_redrawn_when_a_folder_la
     assert (folder / f"reliability{MNIST}.png").stat().st_mtime_ns != stamps[f"reliability{MNIST}.png"]
     assert set(json.loads((folder / "figures.json").read_text())["report"]) == {
         f"comparison{MNIST}.png", f"comparison{FASHION}.png", *drawn}
+    assert json.loads((folder / "figures.json").read_text())["report"] == listed  # in the order drawn, kept or not
     (folder / f"reliability{FASHION}.png").unlink()  # a figure gone and no predictions: nothing to keep or draw
     assert main(["report", "--out", str(folder)]) == 0
     assert pngs(folder, "reliability") == {f"reliability{MNIST}.png"}
