@@ -2,8 +2,8 @@
 command line (which is built on these functions).
 
     import bench
-    runs = bench.run(methods=["deep_ensemble", "dare"], seeds=[0, 1], options={"dare.threshold": [0.1, 0.3]},
-                     protocol={"epochs": 3}, out="results/notebook", data_dir="../data")
+    runs = bench.run({"methods": ["deep_ensemble", "dare"], "seeds": [0, 1], "options": {"dare.threshold": [0.1, 0.3]},
+                      "protocol": {"epochs": 3}}, out="results/notebook", data_dir="../data")
     runs = bench.load("results/seed")           # one row per finished run
     table = bench.summary("results/seed")       # mean, std and n over seeds per config
     tidy = bench.ablation_table("results/ablation")   # the ablation's long table (bench.reporting.ablation module)
@@ -35,8 +35,7 @@ from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, ex
 from bench.design.star import (DESIGN_FILE, SCORE_KNOB, expand_star, parse_vary, preset_settings, read_design,
                                write_design)
 from bench.errors import BenchError, ConfigError
-from bench.execution.executors import Executor, grid_status, make_executor, run_grid
-from bench.execution.claims import DEFAULT_TIMEOUT
+from bench.execution.executors import Executor, grid_status, run_grid, split_execution
 from bench.execution.rescoring import parse_ood_sets, rescore_folder
 from bench.models.registry import ARCHITECTURES, Architecture
 from bench.options import describe, validate
@@ -69,27 +68,34 @@ class Plan:
 DESIGNS = ("grid", "star")
 
 
-def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int] | None = None,
-         protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
-         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), device: str = "auto",
-         threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
-         pack_size: int | str = "auto", submitit: str | None = None, submitit_cluster: str = "auto",
-         submitit_params: Iterable[str] = (), save_weights: bool = False, design: str | None = None,
-         vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT, step: str = "auto") -> Plan:
-    """Validate everything (ConfigError on bad input) and say where the grid will run. ``design``:
-    grid (the product of every list; the default) or star (the base and one changed choice at a
-    time: ``vary`` strings as --vary takes them, else the preset's [[star]] tables; bench.design.star);
-    default: the preset's ``design``, else grid."""
+GRID_KEYS = ("methods", "seeds", "protocol", "options", "select", "design", "vary")
+
+
+def plan(preset: str = "seed", grid: Mapping[str, Any] | Iterable[str] | None = None,
+         execution: Mapping[str, Any] | None = None, out: str | Path | None = None,
+         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = ()) -> Plan:
+    """Validate everything (ConfigError on bad input) and say where the grid will run. ``grid``: what
+    to run over the preset (GRID_KEYS: methods, seeds, protocol overrides, options, select, design,
+    vary; a list of names: the methods); ``execution``: how (the fields of bench.config.Execution and
+    bench.execution.executors.Executor, e.g. {'jobs': 2, 'pack_size': 10}). ``design``: grid (the
+    product of every list; the default) or star (the base and one changed choice at a time: ``vary``
+    strings as --vary takes them, else the preset's [[star]] tables); default: the preset's."""
     load_entry_points()
     for path in plugins:
         load_plugin(path)
+    grid = {"methods": list(grid)} if grid is not None and not isinstance(grid, Mapping) else dict(grid or {})
+    unknown = sorted(set(grid) - set(GRID_KEYS))
+    if unknown:
+        raise ConfigError(f"grid: unknown key {unknown[0]!r} (allowed: {', '.join(GRID_KEYS)})")
     name, values = load_preset(preset)
-    design = design or values.get("design", "grid")
+    design = grid.get("design") or values.get("design", "grid")
     if design not in DESIGNS:
         raise ConfigError(f"design={design!r} is not valid; allowed: {' or '.join(DESIGNS)}")
+    methods, seeds = grid.get("methods"), grid.get("seeds")
     args = (name, values, list(methods) if methods else None, list(seeds) if seeds is not None else None,
-            dict(protocol or {}), Assignment.many(options, OPTION_FLAG), Assignment.many(select, SELECT_FLAG))
-    star = None
+            dict(grid.get("protocol") or {}), Assignment.many(grid.get("options"), OPTION_FLAG),
+            Assignment.many(grid.get("select"), SELECT_FLAG))
+    vary, star = grid.get("vary") or (), None
     if design == "star":
         vary = [vary] if isinstance(vary, str) else list(vary)
         settings = [s for text in vary for s in parse_vary(text)] if vary else preset_settings(values.get("star", []))
@@ -99,17 +105,11 @@ def plan(preset: str = "seed", methods: list[str] | None = None, seeds: list[int
         raise ConfigError("--vary needs --design star (a grid design varies options through -o lists)")
     else:
         configs = expand_grid(*args)
-    execution = make_execution({"device": device, "threads": threads, "vectorize": vectorize, "pack_size": pack_size,
-                                "save_weights": save_weights, "step": step})
-    execution.check_device(configs)  # fail now, not after the first run
-    bad = [p for p in submitit_params if not str(p).partition("=")[0].strip() or "=" not in str(p)]
-    if bad:
-        raise ConfigError(f"--submitit-param {bad[0]!r}: expected NAME=VALUE, e.g. timeout_min=120")
-    executor = make_executor({"jobs": jobs, "dask_address": dask, "submitit_folder": submitit, "claim_timeout":
-                              claim_timeout, "submitit_cluster": submitit_cluster, "submitit_params": tuple(submitit_params)})
+    run_values, executor = split_execution(execution)
+    run_values.check_device(configs)  # fail now, not after the first run
     # the folder: out, else the preset's own `out`, else results/<preset name>
     store = RunStore(Path(out if out is not None else values.get("out") or Path(RESULTS) / name), create=False)
-    return Plan(name, values, configs, store, resolve_data_dir(data_dir), execution, executor, star)
+    return Plan(name, values, configs, store, resolve_data_dir(data_dir), run_values, executor, star)
 
 
 def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
@@ -182,28 +182,23 @@ def _efficiency(p: Plan, folder: pd.DataFrame, ran: set[str], wall: float, peak:
     return row
 
 
-def run(methods: list[str] | None = None, *, preset: str = "seed", seeds: list[int] | None = None,
-        protocol: Mapping[str, Any] | None = None, options=None, select=None, out: str | Path | None = None,
+def run(grid: Mapping[str, Any] | Iterable[str] | None = None, preset: str = "seed",
+        execution: Mapping[str, Any] | None = None, out: str | Path | None = None,
         data_dir: str | Path | None = None, plugins: Iterable[str | Path] = (), force: bool = False,
-        download: bool = True, progress: bool = True, plots: bool = False, device: str = "auto",
-        threads: int | None = None, vectorize: bool = True, jobs: int = 1, dask: str | None = None,
-        pack_size: int | str = "auto", save_weights: bool = False, design: str | None = None,
-        vary: Iterable[str] = (), claim_timeout: float = DEFAULT_TIMEOUT, step: str = "auto") -> pd.DataFrame:
+        plots: bool = False) -> pd.DataFrame:
     """Train and evaluate a grid, exactly like ``python -m bench run``, and return its runs (one row
     per run: config columns, status, metrics). Finished runs in ``out`` are reused unless ``force``.
-    design='star' (or a preset whose design is star) runs the base and each ``vary`` setting
-    (e.g. ['epochs=10,20', 'dare.delta=0.1']) as ``python -m bench ablate --design star`` does, and
-    writes its star.csv, star_summary.csv and star.md (``plots``: and star_forest.png).
 
-    options: {'dare.threshold': [0.1, 0.3], 'members': 5} (a list is a grid) or ['dare.threshold=0.1,0.3'].
-    select: the same for options selected on the validation split ({'mod.lam': [0, 1e-3, 1e-2]}).
-    protocol: overrides of the preset's protocol values ({'epochs': 3, 'hidden': (64, 64)}).
-    plots: also write the folder's report: summary.md, the plots and (for a preset with compare_to)
-    the paper table, of every run in the folder.
-    """
-    p = plan(preset, methods, seeds, protocol, options, select, out, data_dir, plugins, device, threads,
-             vectorize, jobs, dask, pack_size, save_weights=save_weights, design=design, vary=vary,
-             claim_timeout=claim_timeout, step=step)
+    grid: {'methods': [...], 'seeds': [...], 'options': {'dare.threshold': [0.1, 0.3], 'members': 5} (a
+    list is a grid) or ['dare.threshold=0.1,0.3'], 'select': the same for options selected on the
+    validation split, 'protocol': overrides of the preset's values ({'epochs': 3})}, or just the
+    methods' names; {'design': 'star', 'vary': ['epochs=10,20']} runs a star design as ``python -m
+    bench ablate --design star`` does (star.csv, star_summary.csv, star.md). execution: how (``plan``),
+    plus ``download`` (default True) and ``progress`` (default True). plots: also write the folder's
+    report: summary.md, the plots and (for a preset with compare_to) the paper table."""
+    execution = dict(execution or {})
+    download, progress = execution.pop("download", True), execution.pop("progress", True)
+    p = plan(preset, grid, execution, out, data_dir, plugins)
     done = execute(p, download, progress, force)
     if p.star is not None:
         star_report(p, done, plots)

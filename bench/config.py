@@ -125,15 +125,19 @@ class Execution:
                          help="where to train; auto picks a GPU when one is present")
     threads: int | None = option(None, lambda v: None if v is None else parse_int(v), "an integer >= 1",
                                  check=lambda v: v is None or v >= 1, help="CPU threads for torch (default: torch's)")
-    vectorize: bool = option(True, parse_bool, "true or false",
-                             help="train an ensemble's members together (false: one after another, no packs)")
+    vectorize: bool = option(True, parse_bool, "true or false", flag="--no-vectorize",
+                             help="train an ensemble's members together (--no-vectorize: one after another, no packs)")
     save_weights: bool = option(False, parse_bool, "true or false",
-                                help="keep each finished run's weights in OUT/weights/<run_id>.pt")
+                                help="keep each finished run's weights in OUT/weights/<run_id>.pt (bench evaluate "
+                                "scores them again)")
     pack_size: int | str = option("auto", parse_pack_size, "auto or an integer >= 1",
                                   check=lambda v: v == "auto" or v >= 1,
-                                  help="networks (runs x members) trained together in one pack; 1: run by run; "
-                                  "auto: as many as a quarter of the device's memory holds, at most "
-                                  "bench.training.packs.MAX_AUTO_NETWORKS for its type")
+                                  help="networks (runs x members) trained together as one stacked computation: runs of "
+                                  "one protocol pack across seeds and options, and a method's runs with those of the "
+                                  "methods it mixes with (bench.training.packs). 1: run by run; auto: as many as a "
+                                  "quarter of the device's memory holds, at most bench.training.packs.MAX_AUTO_NETWORKS "
+                                  "for its type (with several jobs, split so that every worker gets a pack). Packing "
+                                  "changes speed; results move only at the level of float rounding (docs/usage.md)")
 
     step: str = choice("auto", STEP_MODES,
                        help="how a training step runs: eager (each kernel launched from Python); graph (captured "

@@ -15,7 +15,7 @@ from bench.errors import ConfigError
 
 def option(default: Any, parse: Callable[[Any], Any], allowed: str,
            check: Callable[[Any], bool] | None = None, help: str = "", excludes: tuple[str, ...] = (),
-           implicit: bool = False):
+           implicit: bool = False, flag: str = ""):
     """A dataclass field with a parser, a range check and help text.
 
     ``excludes`` names options that may not be given together with this one (e.g. DARE's relative
@@ -24,10 +24,12 @@ def option(default: Any, parse: Callable[[Any], Any], allowed: str,
     ``implicit``: at its default the option is left out of a run's config (its id, variant and
     columns), so that an option added after runs were recorded keeps their ids
     (``without_implicit_defaults``).
+    ``flag``: its command-line flag where it is not ``--name`` (bench.cli.arguments makes the flags of
+    the execution options from these declarations).
     """
     return dataclasses.field(default=default, metadata={
         "parse": parse, "check": check, "allowed": allowed, "help": help, "excludes": excludes,
-        "implicit": implicit})
+        "implicit": implicit, "flag": flag})
 
 
 def choice(default: str, choices: tuple[str, ...], help: str = "", implicit: bool = False):

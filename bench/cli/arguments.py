@@ -4,14 +4,14 @@ and the checks of integer flags."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from bench import api
-from bench.config import STEP_MODES, available_presets, load_preset, protocol_help
+from bench.config import Execution, available_presets, load_preset, protocol_help
 from bench.data import ood_sets
 from bench.data.files import DATA_DIR_ENV, DEFAULT_DATA_DIR
 from bench.errors import ConfigError
-from bench.execution.claims import DEFAULT_TIMEOUT
-from bench.training.packs import MAX_AUTO_NETWORKS
+from bench.execution.executors import Executor
 from methods import REGISTRY
 
 RESULTS = api.RESULTS
@@ -23,7 +23,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a default only where there is one: '(default: None)' says nothing."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False or action.default == []:
+        if action.default is None or isinstance(action.default, bool) or action.default == []:
             return action.help
         return super()._get_help_string(action)
 
@@ -101,63 +101,40 @@ def add_grid_arguments(parser: argparse.ArgumentParser, preset: str) -> None:
     parser.add_argument("--out", help=f"results folder (default: {values.get('out') or f'{RESULTS}/{name}'}, the "
                         "preset's `out` or results/<preset name>)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--save-weights", action="store_true",
-                        help="keep each finished run's kept weights in OUT/weights/<run_id>.pt (torch.save of the "
-                        "model's state_dict; git ignores them), so that later evaluators can score runs again")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, per-epoch lines (in a log file) or per-run lines")
 
 
+EXECUTION_OPTIONS = (Execution, Executor)  # their fields are the execution flags, declared there once
+
+
 def add_execution_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags that change speed (not part of a run's id; packs move results only by float rounding)."""
+    """The flags that change speed (not part of a run's id; packs move results only by float rounding),
+    one per field of ``Execution`` and ``Executor``, with its declared help, range and default."""
     group = parser.add_argument_group("execution (speed only: results do not depend on these)")
-    group.add_argument("--device", default="auto", help="auto (a GPU when present), cpu, cuda or cuda:N")
-    group.add_argument("--threads", help="CPU threads for torch (default: torch's choice)")
-    group.add_argument("--pack-size", default="auto", metavar="N|auto",
-                       help="networks (runs x members) trained together as one stacked computation: runs of "
-                       "one protocol pack across seeds and options (every method: the deep ensemble, DARE, AnchorNet, "
-                       "the single network, the Laplace ensemble, MOD, NegCorr and RDE with one another; MC dropout, "
-                       "SWAG, snapshot ensembles, BatchEnsemble, Packed-Ensembles and MIMO each with its own runs). "
-                       "1: run by run; auto: as many as a quarter of the "
-                       f"device's memory holds, at most {MAX_AUTO_NETWORKS['cpu']} on the CPU and "
-                       f"{MAX_AUTO_NETWORKS['cuda']} on a GPU (with --jobs, split so that every worker gets a pack). "
-                       "Packing changes speed; results move only at the level of float rounding (docs/usage.md)")
-    group.add_argument("--step", default="auto", choices=STEP_MODES,
-                       help="how a training step runs: eager (kernels launched one by one from Python), graph "
-                       "(captured once in a CUDA graph and replayed: a GPU only; methods whose step cannot be "
-                       "captured, such as a plugin that does not declare `capturable`, run eagerly), auto (graph on a GPU, eager on the CPU; the "
-                       "default). The arithmetic is the same either way")
-    group.add_argument("--no-vectorize", action="store_true",
-                       help="train an ensemble's members one after another instead of together")
-    group.add_argument("--jobs", default="1", metavar="N",
-                       help="runs at a time in local worker processes (1: in this process). Each worker "
-                       "gets cores // N threads unless --threads is given")
-    group.add_argument("--dask", metavar="ADDRESS",
-                       help="run on a Dask cluster: a scheduler address such as tcp://host:8786, or 'local' "
-                       "to start one of --jobs worker processes here. Workers must see --data-dir and --out")
-    group.add_argument("--submitit", metavar="FOLDER",
-                       help="run each pack as a submitit job: a SLURM job array where srun is available, local "
-                       "subprocesses otherwise; job files and logs in FOLDER (on a SLURM cluster: a shared "
-                       "filesystem, as --data-dir and --out). Install with pip install -e '.[cluster]'")
-    group.add_argument("--submitit-cluster", default="auto", metavar="auto|slurm|local|debug",
-                       help="where --submitit jobs run; auto: SLURM when srun is available, else local")
-    group.add_argument("--submitit-param", action="append", default=[], metavar="NAME=VALUE",
-                       help="a submitit job parameter, e.g. timeout_min=240, slurm_partition=gpu, gpus_per_node=1, "
-                       "cpus_per_task=8, slurm_array_parallelism=16. Repeatable")
-    group.add_argument("--claim-timeout", default=f"{DEFAULT_TIMEOUT:g}", metavar="SECONDS",
-                       help="several commands may share one --out (one per node, started the same way): each "
-                       "claims the runs it trains in OUT/claims, touches its claims every tenth of this time, "
-                       "and waits for runs that others claim; a claim with no heartbeat for this long is "
-                       "taken over (its worker died). Give every worker the same value (default: %(default)s)")
+    for cls in EXECUTION_OPTIONS:
+        for field in dataclasses.fields(cls):
+            meta = field.metadata
+            flag = meta["flag"] or f"--{field.name.replace('_', '-')}"
+            dest = f"execution_{field.name}"
+            if isinstance(field.default, bool):  # a switch: --name sets True, --no-name sets False
+                group.add_argument(flag, dest=dest, action="store_false" if field.default else "store_true",
+                                   help=meta["help"])
+            elif isinstance(field.default, tuple):  # a list: the flag repeats
+                group.add_argument(flag, dest=dest, action="append", metavar="V",
+                                   help=f"{meta['help']} ({meta['allowed']})")
+            else:
+                group.add_argument(flag, dest=dest, metavar="V",
+                                   help=f"{meta['help']} ({meta['allowed']}; default: {_show(field.default)})")
 
 
 def plan_from(args: argparse.Namespace) -> api.Plan:
     """The bench.api plan of `run`'s or `ablate`'s flags (ConfigError on bad input)."""
-    overrides = {k[len("protocol_"):]: v for k, v in vars(args).items()
-                 if k.startswith("protocol_") and v is not None}
-    return api.plan(args.preset, args.methods, args.seeds, overrides, args.option, args.select, args.out,
-                    args.data_dir, (), args.device, args.threads, not args.no_vectorize, args.jobs, args.dask,
-                    args.pack_size, args.submitit, args.submitit_cluster, args.submitit_param, args.save_weights,
-                    getattr(args, "design", None), getattr(args, "vary", ()), args.claim_timeout, step=args.step)
+    given = vars(args)
+    overrides = {k[len("protocol_"):]: v for k, v in given.items() if k.startswith("protocol_") and v is not None}
+    grid = {"methods": args.methods, "seeds": args.seeds, "protocol": overrides, "options": args.option,
+            "select": args.select, "design": getattr(args, "design", None), "vary": getattr(args, "vary", ())}
+    execution = {k[len("execution_"):]: v for k, v in given.items() if k.startswith("execution_") and v is not None}
+    return api.plan(args.preset, grid, execution, args.out, args.data_dir)
 
 
 def parse_count(text: str, flag: str, least: int) -> int:

@@ -14,16 +14,16 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from joblib import Parallel, delayed, parallel_config
 from tqdm.auto import tqdm
 
-from bench.config import Execution, RunConfig
+from bench.config import Execution, RunConfig, make_execution
 from bench.data.files import check_dataset_files
 from bench.data.loaders import load_benchmark_data, prepare_ood_sets
 from bench.training.trunk import featurized
-from bench.errors import BenchError
+from bench.errors import BenchError, ConfigError
 from bench.options import option, parse_float, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
 from bench.execution.claims import DEFAULT_TIMEOUT, Claim, Claims, RunsToDo
@@ -86,22 +86,31 @@ class Executor:
     dask_address: a Dask scheduler address ('tcp://host:8786'), or 'local' for a LocalCluster of
     ``jobs`` single-threaded worker processes on this machine."""
     jobs: int = option(1, parse_int, "an integer >= 1", check=lambda v: v >= 1,
-                       help="runs at a time in local worker processes")
+                       help="runs at a time in local worker processes (1: in this process); each worker gets "
+                       "cores // jobs threads unless threads is given")
     dask_address: str | None = option(None, lambda v: None if v is None else parse_str(v),
-                                      "a scheduler address such as tcp://host:8786, or local",
-                                      check=lambda v: v is None or bool(v), help="Dask scheduler")
+                                      "a scheduler address such as tcp://host:8786, or local", flag="--dask",
+                                      check=lambda v: v is None or bool(v),
+                                      help="run on a Dask cluster: its scheduler, or local to start one of jobs worker "
+                                      "processes here. Workers must see the data folder and OUT")
     submitit_folder: str | None = option(None, lambda v: None if v is None else parse_str(v), "a folder",
-                                         check=lambda v: v is None or bool(v),
-                                         help="submit each pack as a submitit job; job files and logs here")
+                                         check=lambda v: v is None or bool(v), flag="--submitit",
+                                         help="run each pack as a submitit job (a SLURM job array where srun is "
+                                         "available, local subprocesses otherwise); job files and logs in this folder "
+                                         "(on a cluster: a shared filesystem). pip install -e '.[cluster]'")
     submitit_cluster: str = option("auto", parse_str, "auto, slurm, local or debug",
                                    check=lambda v: v in ("auto", "slurm", "local", "debug"),
-                                   help="auto: SLURM where srun is available, else local subprocesses")
+                                   help="where submitit jobs run; auto: SLURM where srun is available, else local")
     submitit_params: tuple[str, ...] = option((), lambda v: tuple(parse_str(x) for x in v), "NAME=VALUE strings",
-                                              help="submitit job parameters, e.g. timeout_min=120, "
-                                              "slurm_partition=gpu, gpus_per_node=1 (checked by bench.api.plan)")
+                                              flag="--submitit-param",
+                                              help="submitit job parameters, e.g. timeout_min=240, slurm_partition=gpu, "
+                                              "gpus_per_node=1, slurm_array_parallelism=16; the flag repeats")
     claim_timeout: float = option(DEFAULT_TIMEOUT, parse_float, "a number of seconds > 0",
                                   check=lambda v: v > 0 and math.isfinite(v),
-                                  help="seconds without a heartbeat after which another worker's claim is taken over")
+                                  help="several commands may share one OUT: each claims the runs it trains in "
+                                  "OUT/claims, touches its claims every tenth of this time and waits for runs that "
+                                  "others claim; a claim without a heartbeat for this long is taken over (its worker "
+                                  "died). Give every worker the same value")
 
     @property
     def in_process(self) -> bool:
@@ -197,6 +206,21 @@ def _number(text: str):
         except ValueError:
             pass
     return text
+
+
+def split_execution(values: Mapping[str, Any] | None) -> tuple[Execution, Executor]:
+    """An execution mapping split into its Execution and Executor halves, each validated."""
+    values = dict(values or {})
+    own = {f.name for f in dataclasses.fields(Execution)}
+    theirs = {f.name for f in dataclasses.fields(Executor)}
+    unknown = sorted(set(values) - own - theirs)
+    if unknown:
+        raise ConfigError(f"execution: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(own | theirs))})")
+    bad = [p for p in values.get("submitit_params", ()) if not str(p).partition("=")[0].strip() or "=" not in str(p)]
+    if bad:
+        raise ConfigError(f"--submitit-param {bad[0]!r}: expected NAME=VALUE, e.g. timeout_min=120")
+    return (make_execution({k: v for k, v in values.items() if k in own}),
+            make_executor({k: v for k, v in values.items() if k in theirs}))
 
 
 def make_executor(values: dict) -> Executor:

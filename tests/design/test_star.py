@@ -93,7 +93,7 @@ def test_bad_settings_are_one_line_errors():
     with pytest.raises(ConfigError, match="needs settings"):
         _expand([])
     with pytest.raises(ConfigError, match="--vary needs --design star"):
-        api.plan("seed", vary=["epochs=3"])
+        api.plan("seed", {"vary": ["epochs=3"]})
 
 
 def test_run_on_a_star_preset_points_at_ablate(capsys):

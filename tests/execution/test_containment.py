@@ -353,6 +353,6 @@ def test_the_api_warns_about_failed_runs(tiny_data, tmp_path):
             raise ZeroDivisionError("a bug in the plugin")
     ''')
     with pytest.warns(RuntimeWarning, match="1 of 1 runs failed .*: broken.* seed 0: training: ZeroDivisionError"):
-        runs = bench.run(["broken"], seeds=[0], plugins=[path], protocol={"epochs": 1, "val_size": 50},
-                         data_dir=tiny_data, out=tmp_path / "out", progress=False)
+        runs = bench.run({"methods": ["broken"], "seeds": [0], "protocol": {"epochs": 1, "val_size": 50}},
+                         plugins=[path], data_dir=tiny_data, out=tmp_path / "out", execution={"progress": False})
     assert runs["status"].tolist() == ["error"]

@@ -7,7 +7,7 @@ from bench import api
 from bench.errors import ConfigError
 from methods import REGISTRY
 
-TINY = dict(seeds=[0], protocol={"epochs": 1, "val_size": 50, "early_stop_acc": None})
+TINY = {"seeds": [0], "protocol": {"epochs": 1, "val_size": 50, "early_stop_acc": None}}
 
 
 def test_catalog_lists_what_list_prints():
@@ -21,8 +21,8 @@ def test_catalog_lists_what_list_prints():
 
 def test_ablation_then_report_and_paper_table(tiny_data, tmp_path):
     out = tmp_path / "out"
-    plan = api.plan(methods=["deep_ensemble", "dare"], options={"members": 2, "dare.threshold": [0.1, 0.3]},
-                    out=out, data_dir=tiny_data, **TINY)
+    plan = api.plan("seed", {"methods": ["deep_ensemble", "dare"], "options": {"members": 2, "dare.threshold": [0.1, 0.3]},
+                             **TINY}, out=out, data_dir=tiny_data)
     assert api.ablation_axes(plan) == ["threshold"]
     done = api.execute(plan, download=False, progress=False)
     assert (out / "ablation.csv") in api.ablation_report(plan, done, plots=False)
@@ -41,8 +41,8 @@ def test_ablation_then_report_and_paper_table(tiny_data, tmp_path):
 
 
 def test_star_dry_run_counts_each_setting(tiny_data, tmp_path):
-    plan = api.plan(methods=["deep_ensemble"], options={"members": 2}, design="star", vary=["epochs=2"],
-                    out=tmp_path, data_dir=tiny_data, **TINY)
+    plan = api.plan("seed", {"methods": ["deep_ensemble"], "options": {"members": 2}, "design": "star",
+                             "vary": ["epochs=2"], **TINY}, out=tmp_path, data_dir=tiny_data)
     settings = api.star_dry_run(plan)
     assert settings["is_base"].tolist() == [True, False] and settings["to_do"].tolist() == [1, 1]
     assert settings["shared"].tolist() == [0, 0] and (settings["reads"] == "").all()
@@ -50,7 +50,7 @@ def test_star_dry_run_counts_each_setting(tiny_data, tmp_path):
 
 
 def test_bad_input_fails_before_any_work(tiny_data, tmp_path):
-    plan = api.plan(methods=["dare"], out=tmp_path, data_dir=tiny_data, **TINY)
+    plan = api.plan("seed", {"methods": ["dare"], **TINY}, out=tmp_path, data_dir=tiny_data)
     with pytest.raises(ConfigError, match="nothing to ablate"):
         api.ablation_axes(plan)
     with pytest.raises(ConfigError, match="expected integers >= 1"):

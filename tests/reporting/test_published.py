@@ -109,5 +109,5 @@ def test_a_preset_changes_protocol_values_for_one_method_alone_and_the_command_l
     configs = api.plan("ub-lenet-mnist", out=tmp_path / "a").configs
     assert {c.method: c.protocol.epochs for c in configs} == {"single_network": 25, "deep_ensemble": 25, "vi": 153}
     assert len({c.protocol.arch for c in configs}) == 1  # the rest of the protocol is the preset's
-    short = api.plan("ub-lenet-mnist", out=tmp_path / "b", protocol={"epochs": 2}).configs
+    short = api.plan("ub-lenet-mnist", {"protocol": {"epochs": 2}}, out=tmp_path / "b").configs
     assert {c.protocol.epochs for c in short} == {2}

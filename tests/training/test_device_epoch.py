@@ -239,15 +239,16 @@ def test_tables_never_put_two_precisions_in_one_cell():
     assert any("precision=bf16" in g.label for g in groups)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"protocol": {"precision": "tf32"}}, "precision=tf32 is a CUDA GPU's matmul mode"),
-    ({"step": "graph"}, "--step graph replays CUDA graphs"),
+@pytest.mark.parametrize(("grid", "execution", "message"), [
+    ({"protocol": {"precision": "tf32"}}, {}, "precision=tf32 is a CUDA GPU's matmul mode"),
+    ({}, {"step": "graph"}, "--step graph replays CUDA graphs"),
 ])
-def test_what_a_cpu_cannot_do_is_one_line_of_error(kwargs, message, tmp_path):
+def test_what_a_cpu_cannot_do_is_one_line_of_error(grid, execution, message, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     with pytest.raises(ConfigError, match=message) as error:
-        api.plan("seed", ["deep_ensemble"], [0], out=tmp_path, device="cpu", **kwargs)
+        api.plan("seed", {"methods": ["deep_ensemble"], "seeds": [0], **grid}, {"device": "cpu", **execution},
+                 out=tmp_path)
     assert "\n" not in str(error.value)
 
 
