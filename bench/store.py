@@ -60,6 +60,15 @@ def write_csv(frame: pd.DataFrame, path: Path, **kwargs) -> None:
     _atomic_write(Path(path), lambda f: f.write(text.encode()))
 
 
+def at_csv_precision(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """``frame`` with ``columns`` rounded as FLOAT_FORMAT writes them (the value a CSV reads back)."""
+    rounded = frame.copy()
+    for column in columns:
+        if column in rounded and len(rounded):
+            rounded[column] = [float(FLOAT_FORMAT % v) if isinstance(v, float) else v for v in rounded[column]]
+    return rounded
+
+
 def append_csv(frame: pd.DataFrame, path: Path) -> None:
     """Rows appended to a CSV table; the header only by the writer that creates the file (an
     exclusive create: two workers finishing together write it once)."""
@@ -279,7 +288,9 @@ class RunStore:
         every stored run has them without retraining (bench.evaluation.selective). A run whose
         predictions are absent keeps its rows of the folder's last selective.csv, if any."""
         runs = records_frame(records, self.candidates(records))
-        selective = selective_table(runs, self.load_arrays)
+        # at the precision selective.csv keeps: a folder without predictions/ (a light clone) reads the
+        # same values back from it, so its tables come out byte for byte as the full folder's
+        selective = at_csv_precision(selective_table(runs, self.load_arrays), METRIC_NAMES)
         by_id = {r["run_id"]: r for r in records}
         # whose rows stand for a run without predictions: its own, or a selection's chosen run's
         # (the selection's own rows may be of an earlier choice)

@@ -386,3 +386,19 @@ def test_dry_run_lists_the_grid_and_trains_nothing(tiny_data, tmp_path, capsys):
     capsys.readouterr()
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--dry-run", *GRID]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "6 runs in the grid, 4 to do"
+
+
+def test_a_folder_copied_without_its_predictions_renders_the_same_tables(tiny_data, tmp_path):
+    """A light clone (results/**/predictions/ left out) re-renders every table byte for byte: the selective
+    metrics it reads back from selective.csv are the values the full folder computed, at that precision."""
+    import shutil
+    out = tmp_path / "full"
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", "2", "--epochs", "1",
+                 "--val-size", "50", "--hidden", "8", "--methods", "deep_ensemble", "single_network", "-o",
+                 "deep_ensemble.members=2", "--no-download", "--no-plots", "-q"]) == 0
+    light = tmp_path / "light"
+    shutil.copytree(out, light, ignore=shutil.ignore_patterns("predictions"))
+    assert main(["report", "--out", str(light), "--no-plots"]) == 0
+    assert main(["report", "--out", str(out), "--no-plots"]) == 0
+    for name in ("runs.csv", "summary.csv", "selective.csv", "paired.csv", "ood.csv", "summary.md"):
+        assert (light / name).read_bytes() == (out / name).read_bytes(), name
