@@ -174,6 +174,25 @@ def mean_ece_10_bins(probs: np.ndarray, labels: np.ndarray) -> float:
     return ece(probs.mean(axis=0), labels, UB_ECE_BINS)
 
 
+def ub_binned_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
+    """uncertainty-baselines' utils.calibration with 10 bins: bins [lo, hi) of linspace(0, 1, 11) on the
+    float32 confidence, so a confidence of exactly 1.0 falls in no bin and is left out; empty bins
+    dropped; each bin weighted by its share of the binned predictions."""
+    confidence = np.asarray(confidence, dtype=np.float32).astype(np.float64)
+    kept = confidence < 1.0
+    if not kept.any():
+        return 0.0
+    bins = np.floor(confidence[kept] * UB_ECE_BINS).astype(int)
+    gaps = [abs(confidence[kept][bins == b].mean() - correct[kept][bins == b].mean()) * (bins == b).sum()
+            for b in range(UB_ECE_BINS) if (bins == b).any()]
+    return float(sum(gaps) / kept.sum())
+
+
+def mean_ece_ub(probs: np.ndarray, labels: np.ndarray) -> float:
+    mean = probs.mean(axis=0)
+    return ub_binned_ece(mean.max(axis=1), mean.argmax(axis=1) == labels)
+
+
 def mean_pred_entropy(probs: np.ndarray, labels: np.ndarray) -> float:
     """Mean predictive entropy (bits): the entropy of the mean prediction, averaged over samples."""
     return float(entropy_bits(probs.mean(axis=0)).mean())
@@ -213,6 +232,10 @@ def cached_ece_10_bins(arrays: dict, idx: np.ndarray) -> float:
     return binned_ece(arrays["id_conf"][idx].astype(np.float64), ~_errors(arrays, idx), UB_ECE_BINS)
 
 
+def cached_ece_ub(arrays: dict, idx: np.ndarray) -> float:
+    return ub_binned_ece(arrays["id_conf"][idx], ~_errors(arrays, idx))
+
+
 def cached_augrc(arrays: dict, idx: np.ndarray) -> float:
     return selective_metrics(-arrays[score_key(MAX_PROB)][idx].astype(np.float64),
                              _errors(arrays, idx).astype(np.float64))["augrc"]
@@ -236,6 +259,8 @@ register(Metric(
     from_cache=cached_ece))
 register(Metric("id_ece_10_bins", "ECE (10 bins)", "ID ECE (10 bins)", better=LOWER, compute=mean_ece_10_bins,
                 from_cache=cached_ece_10_bins))
+register(Metric("id_ece_10_bins_ub", "ECE (UB's 10 bins)", "ID ECE (uncertainty-baselines' 10 bins)", better=LOWER,
+                compute=mean_ece_ub, from_cache=cached_ece_ub))
 
 # per OOD set: computed against each set by every score (bench.evaluation.metrics); shown by each run's own
 register(Metric(

@@ -40,6 +40,8 @@ PUBLISHED_METRICS = {
     "accuracy_pct": PublishedMetric("ID accuracy", "id_acc", 100, 1),
     "nll_nats": PublishedMetric("ID NLL (nats)", "id_nll_nats", 1, 3),
     "ece_10_bins": PublishedMetric("ID ECE (10 bins)", "id_ece_10_bins", 1, 3),
+    # uncertainty-baselines' binning: [lo, hi) on the float32 confidence, a confidence of 1.0 left out
+    "ece_10_bins_ub": PublishedMetric("ID ECE (UB's 10 bins)", "id_ece_10_bins_ub", 1, 3),
     "auroc_pct": PublishedMetric("AUROC vs {set}", "auroc", 100, 1),
 }
 

@@ -65,7 +65,7 @@ def test_the_evaluation_computes_what_the_catalog_says():
     rng = np.random.default_rng(0)
     probs, labels = rng.dirichlet(np.ones(3), size=(4, 30)), rng.integers(0, 3, 30)
     metrics = prediction_metrics(probs, labels)
-    assert list(metrics) == ["id_acc", "id_nll_nats", "id_brier", "id_ece", "id_ece_10_bins"]
+    assert list(metrics) == ["id_acc", "id_nll_nats", "id_brier", "id_ece", "id_ece_10_bins", "id_ece_10_bins_ub"]
     confidence, correct = probs.mean(axis=0).max(axis=1), probs.mean(axis=0).argmax(axis=1) == labels
     by_hand = sum(abs(confidence[b].mean() - correct[b].mean()) * b.sum() / 30
                   for b in [(confidence > lo / 10) & (confidence <= (lo + 1) / 10) for lo in range(10)] if b.any())
@@ -109,3 +109,14 @@ def test_a_registered_metric_reaches_summary_paired_and_the_forest_plot(register
     assert [name for name, _, _ in panels[:3]] == ["id_acc", "id_nll_nats", "id_ece"]
     assert main(["report", "--out", str(out)]) == 0  # the report draws forest.png through the figure registry
     assert (out / "forest.png").stat().st_size > 0 and "forest.png" in (out / "figures.json").read_text()
+
+
+def test_uncertainty_baselines_ece_leaves_a_confidence_of_one_out_by_hand():
+    from bench.evaluation.catalog import ub_binned_ece
+    # three confident-and-right at exactly 1.0 (no bin), one 0.95 right, one 0.55 wrong: bins 9 and 5
+    confidence = np.array([1.0, 1.0, 1.0, 0.95, 0.55])
+    correct = np.array([True, True, True, True, False])
+    assert ub_binned_ece(confidence, correct) == pytest.approx((abs(0.95 - 1) + abs(0.55 - 0)) / 2)
+    # the harness's own (lo, hi] bins keep them: the same predictions come out better calibrated
+    from bench.evaluation.calibration import binned_ece
+    assert binned_ece(confidence, correct, 10) == pytest.approx((abs(np.mean([1, 1, 1, 0.95]) - 1) * 4 + 0.55) / 5)

@@ -55,9 +55,9 @@ def test_the_uncertainty_baselines_table_maps_its_names_and_keeps_its_units():
     table = load_published("ub_lenet5")
     assert table.label("Ensemble (size=10)") == "DE (NLL)" and table.label("Deterministic") == "Single network"
     cells = table.cells.set_index(["in_distribution", "method", "metric"])
-    assert cells.loc[("mnist", "Ensemble (size=10)", "ece_10_bins"), "mean"] == 0.005  # a fraction, as published
+    assert cells.loc[("mnist", "Ensemble (size=10)", "ece_10_bins_ub"), "mean"] == 0.005  # a fraction, as published
     assert cells.loc[("fashion_mnist", "Deterministic", "nll_nats"), "resolution"] == pytest.approx(0.0005)
-    assert math.isnan(cells.loc[("mnist", "Deterministic", "ece_10_bins"), "mean"])  # "-" in the README
+    assert math.isnan(cells.loc[("mnist", "Deterministic", "ece_10_bins_ub"), "mean"])  # "-" in the README
     assert set(table.cells["source"]) == {"uncertainty-baselines baselines/mnist/README.md (62d8d927)"}
 
 
@@ -65,9 +65,9 @@ def test_a_row_is_put_beside_its_published_cells_in_the_published_unit():
     summary = pd.DataFrame([{"label": "DE (NLL)", "variant": "deep_ensemble(members=10)", "id_dataset": "mnist",
                              "ood_sets": "fashion_mnist", "primary_score": "pred_entropy", "n": 3,
                              "id_acc_mean": 0.9935, "id_acc_std": 0.0005, "id_nll_nats_mean": 0.0190,
-                             "id_nll_nats_std": 0.0010, "id_ece_10_bins_mean": 0.004, "id_ece_10_bins_std": 0.001}])
+                             "id_nll_nats_std": 0.0010, "id_ece_10_bins_ub_mean": 0.004, "id_ece_10_bins_ub_std": 0.001}])
     table = build_paper_table(summary, load_published("ub_lenet5"), "mnist").set_index(["label", "quantity"])
-    assert list(dict.fromkeys(table.index.get_level_values(1))) == ["ID NLL (nats)", "ID accuracy", "ID ECE (10 bins)"]
+    assert list(dict.fromkeys(table.index.get_level_values(1))) == ["ID NLL (nats)", "ID accuracy", "ID ECE (UB's 10 bins)"]
     acc = table.loc[("DE (NLL)", "ID accuracy")]
     assert (acc["harness_mean"], acc["paper_mean"]) == pytest.approx((99.35, 99.4))
     nll = table.loc[("DE (NLL)", "ID NLL (nats)")]
