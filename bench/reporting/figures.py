@@ -72,6 +72,11 @@ def has_shift(view: ProtocolView) -> bool:
     return view.shift is not None and not view.shift.empty
 
 
+def has_shift_curves(view: ProtocolView) -> bool:
+    """Shift rows of a family with a curve (rotation, translation, MNIST-C); a dataset shift has one level."""
+    return has_shift(view) and view.shift["family"].isin(shift_plots.CURVE_FAMILIES).any()
+
+
 def forest(path: Path, view: ProtocolView) -> None:
     forest_plot(path, view.title, view.differences)
 
@@ -85,7 +90,7 @@ FIGURES: list[Figure] = [
     Figure("smooth_reliability", run_plots.smooth_reliability, has_selective),
     Figure("top_uncertain", run_plots.top_uncertain, has_runs),
     Figure("forest", forest, has_differences, needs_predictions=False),
-    Figure("shift_curves", shift_plots.shift_curves, has_shift, needs_predictions=False),
+    Figure("shift_curves", shift_plots.shift_curves, has_shift_curves, needs_predictions=False),
     Figure("shift_table", shift_plots.shift_heatmaps, has_shift, needs_predictions=False),
 ]
 

@@ -24,6 +24,9 @@ def shift_panels() -> list[tuple[str, str]]:
     return [(metric.name, metric.title(SHIFT_CURVES)) for metric in shown_in(SHIFT_CURVES)]
 
 
+CURVE_FAMILIES = ("rotation", "translation", "mnist_c")  # the rows of shift_curves.png
+
+
 def shift_curves(path: Path, view: ProtocolView) -> None:
     """Each metric against shift intensity, one line per variant, mean ± sd over seeds (band): rows
     rotation, translation and the mean over the MNIST-C corruptions that have severities. Level 0

@@ -22,12 +22,12 @@ import torch
 from bench.config import make_protocol
 from bench.data.files import resolve_data_dir
 from bench.data.loaders import load_benchmark_data
-from bench.evaluation.catalog import mean_accuracy, mean_ece_10_bins, mean_nll
+from bench.evaluation.catalog import mean_accuracy, mean_ece_ub, mean_nll
 from bench.reporting.published import load_published
 from bench.reporting.verdicts import format_verdict, verdict
 
 FOLDER = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent
-METRICS = {"nll_nats": (mean_nll, 1), "accuracy_pct": (mean_accuracy, 100), "ece_10_bins": (mean_ece_10_bins, 1)}
+METRICS = {"nll_nats": (mean_nll, 1), "accuracy_pct": (mean_accuracy, 100), "ece_10_bins_ub": (mean_ece_ub, 1)}
 
 
 def records(method: str) -> dict[int, dict]:

@@ -146,6 +146,9 @@ def test_evaluate_scores_a_dataset_shift_only_for_the_id_dataset_of_its_classes(
         assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "--epochs", "1",
                      "--val-size", "50", "--hidden", "8", "--methods", "single_network", "--id-dataset", dataset,
                      "--save-weights", "--no-download", "--no-plots", "-q"]) == 0
+        # alone (no shift with a curve: the report draws no shift curves) and beside one with a level
+        assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--ood-sets", "none",
+                     "--shifts", "sklearn_digits", "--no-download", "-q"]) == 0
         assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--ood-sets", "none",
                      "--shifts", "sklearn_digits,stripe", "--no-download", "-q"]) == 0
         table = pd.read_csv(out / "shift.csv")
