@@ -20,7 +20,23 @@ def confidence_bins(conf: np.ndarray, n_bins: int) -> np.ndarray:
 
 def binned_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
     """The ECE of confidences and their 0/1 correctness (``ece`` from cached per-sample values)."""
-    bins = confidence_bins(conf, n_bins)
+    return _ece_of_bins(conf, correct, confidence_bins(conf, n_bins), n_bins)
+
+
+def left_closed_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> float:
+    """The ECE as uncertainty-baselines' utils.calibration computes it: bins [lo, hi) on the float32
+    confidence, so a confidence of exactly 1.0 falls in no bin and is left out; each bin weighted by its
+    share of the binned predictions."""
+    conf = np.asarray(conf, dtype=np.float32).astype(np.float64)
+    kept = conf < 1.0
+    if not kept.any():
+        return 0.0
+    conf, correct = conf[kept], np.asarray(correct)[kept]
+    return _ece_of_bins(conf, correct, np.floor(conf * n_bins).astype(int), n_bins)
+
+
+def _ece_of_bins(conf: np.ndarray, correct: np.ndarray, bins: np.ndarray, n_bins: int) -> float:
+    """Sum over the non-empty bins of the bin's share times |accuracy - mean confidence|."""
     total = 0.0
     for b in range(n_bins):
         in_bin = bins == b

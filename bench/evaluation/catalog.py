@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from bench.errors import ConfigError
-from bench.evaluation.calibration import ECE_BINS, binned_ece, ece
+from bench.evaluation.calibration import ECE_BINS, binned_ece, ece, left_closed_ece
 from bench.evaluation.columns import OOD_METRICS, PRIMARY, ood_column, score_key, selective_column, uncertainty_column
 from bench.evaluation.measures import NLL_CLAMP, accuracy, brier, entropy_bits, nll, uncertainty_decomposition
 from bench.evaluation.scores import MAX_PROB, MUTUAL_INFO, PRED_ENTROPY
@@ -174,23 +174,9 @@ def mean_ece_10_bins(probs: np.ndarray, labels: np.ndarray) -> float:
     return ece(probs.mean(axis=0), labels, UB_ECE_BINS)
 
 
-def ub_binned_ece(confidence: np.ndarray, correct: np.ndarray) -> float:
-    """uncertainty-baselines' utils.calibration with 10 bins: bins [lo, hi) of linspace(0, 1, 11) on the
-    float32 confidence, so a confidence of exactly 1.0 falls in no bin and is left out; empty bins
-    dropped; each bin weighted by its share of the binned predictions."""
-    confidence = np.asarray(confidence, dtype=np.float32).astype(np.float64)
-    kept = confidence < 1.0
-    if not kept.any():
-        return 0.0
-    bins = np.floor(confidence[kept] * UB_ECE_BINS).astype(int)
-    gaps = [abs(confidence[kept][bins == b].mean() - correct[kept][bins == b].mean()) * (bins == b).sum()
-            for b in range(UB_ECE_BINS) if (bins == b).any()]
-    return float(sum(gaps) / kept.sum())
-
-
 def mean_ece_ub(probs: np.ndarray, labels: np.ndarray) -> float:
     mean = probs.mean(axis=0)
-    return ub_binned_ece(mean.max(axis=1), mean.argmax(axis=1) == labels)
+    return left_closed_ece(mean.max(axis=1), mean.argmax(axis=1) == labels, UB_ECE_BINS)
 
 
 def mean_pred_entropy(probs: np.ndarray, labels: np.ndarray) -> float:
@@ -233,7 +219,7 @@ def cached_ece_10_bins(arrays: dict, idx: np.ndarray) -> float:
 
 
 def cached_ece_ub(arrays: dict, idx: np.ndarray) -> float:
-    return ub_binned_ece(arrays["id_conf"][idx], ~_errors(arrays, idx))
+    return left_closed_ece(arrays["id_conf"][idx], ~_errors(arrays, idx), UB_ECE_BINS)
 
 
 def cached_augrc(arrays: dict, idx: np.ndarray) -> float:

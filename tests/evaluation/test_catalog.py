@@ -112,11 +112,11 @@ def test_a_registered_metric_reaches_summary_paired_and_the_forest_plot(register
 
 
 def test_uncertainty_baselines_ece_leaves_a_confidence_of_one_out_by_hand():
-    from bench.evaluation.catalog import ub_binned_ece
+    from bench.evaluation.calibration import left_closed_ece
     # three confident-and-right at exactly 1.0 (no bin), one 0.95 right, one 0.55 wrong: bins 9 and 5
     confidence = np.array([1.0, 1.0, 1.0, 0.95, 0.55])
     correct = np.array([True, True, True, True, False])
-    assert ub_binned_ece(confidence, correct) == pytest.approx((abs(0.95 - 1) + abs(0.55 - 0)) / 2)
+    assert left_closed_ece(confidence, correct, 10) == pytest.approx((abs(0.95 - 1) + abs(0.55 - 0)) / 2)
     # the harness's own (lo, hi] bins keep them: the same predictions come out better calibrated
     from bench.evaluation.calibration import binned_ece
     assert binned_ece(confidence, correct, 10) == pytest.approx((abs(np.mean([1, 1, 1, 0.95]) - 1) * 4 + 0.55) / 5)
