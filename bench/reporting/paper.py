@@ -48,9 +48,13 @@ def reference_key(label: str) -> str:
     return "vs_" + "_".join(re.findall(r"[a-z0-9]+", label.lower()))
 
 
+SKIPPED_SET = "OOD set not scored here (skipped: see below)"
+
+
 def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distribution: str,
-                      runs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Tidy comparison: one row per (config, quantity), in the published unit, with the cell's verdict.
+                      runs: pd.DataFrame | None = None, unscored: set[str] = frozenset()) -> pd.DataFrame:
+    """Tidy comparison: one row per (config, quantity), in the published unit, with the cell's verdict
+    (a published cell against an OOD set of ``unscored``, which the runs could not score: SKIPPED_SET).
     With ``runs`` (the runs behind the summary), each row also gets its paired difference to each of the
     card's ``paired_with`` rows of its protocol over the seeds both finished (bench.reporting.paired):
     ``vs_de_nll_mean``, ``_low``, ``_high``, ``_n``, ``_real``, ``_note`` and so on."""
@@ -79,11 +83,12 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
             column = ood_column("auroc", score, ood_set) if ood_set else PUBLISHED_METRICS[metric].column
             paired = (_paired(row, runs, summary, protocol, column, published.paired_with, PUBLISHED_METRICS[metric].scale)
                       if runs is not None else {})
+            harness, paper = _harness_cell(row, column, metric), _paper_cell(labelled, row["label"], metric, ood_set)
+            if ood_set in unscored and not harness["harness_n"] and paper["paper_mean"] == paper["paper_mean"]:
+                paper["why_not"] = SKIPPED_SET
             rows.append({"config": config, "label": row["label"], "variant": row["variant"] + row["_suffix"],
                          "selected": selected, "preset": row.get("preset", ""), "quantity": title, "metric": metric,
-                         "ood_set": ood_set or "", "score": score,
-                         **_harness_cell(row, column, metric), **_paper_cell(labelled, row["label"], metric, ood_set),
-                         **paired})
+                         "ood_set": ood_set or "", "score": score, **harness, **paper, **paired})
     present = set(summary["label"])
     missing = [m for m in dict.fromkeys(cells["method"]) if published.label(m) not in present]
     for i, method in enumerate(missing):  # the published rows this folder has no runs of (config -1, -2, ...)
@@ -312,11 +317,8 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     if in_distribution not in set(summary.get("id_dataset", [])):
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
-    table = build_paper_table(summary, published, in_distribution, runs)
     unscored = {reason.split(":")[0] for reason in skipped or []}  # an OOD set the runs could not score
-    if not table.empty:
-        table.loc[table["ood_set"].isin(unscored) & (table["harness_n"] == 0) & (table["config"] >= 0)
-                  & table["paper_mean"].notna(), "verdict_note"] = "OOD set not scored here (skipped: see below)"
+    table = build_paper_table(summary, published, in_distribution, runs, unscored)
     write_csv(table, out / "paper_table.csv")
     notes = _notes(table, published, in_distribution, runs is not None)
     notes += [f"Skipped OOD set: {s}" for s in skipped or []]
