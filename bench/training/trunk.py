@@ -8,23 +8,20 @@ becomes the trunk's penultimate features, the 84 ReLU units before its last laye
 members (``arch = mlp``) are heads on those rows.
 
 The runs of one protocol and seed share a trunk: a process keeps it, and ``OUT/trunks/<key>.pt`` keeps
-its weights for the other workers and for scoring stored weights again; the key hashes every
-protocol value the trunk depends on and the seed. Training it again gives the same trunk (its init
+its weights for the other workers and for scoring stored weights again; the key is the run id of the
+single-network run the trunk is (``trunk_run``): every protocol value it depends on, and the seed. Training it again gives the same trunk (its init
 and data order come from the seed's member-0 streams), so a lost file costs time, not results.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from pathlib import Path
 
 import torch
 
-from bench.config import Protocol
+from bench.config import Protocol, RunConfig, make_run_config
 from bench.data.loaders import BenchData, Split
 from bench.training.loop import train
-from methods.single_network import SingleNetwork
 
 TRUNKS = "trunks"  # the folder of a results folder that keeps the trunks' weights
 CHUNK = 4096
@@ -32,15 +29,19 @@ CHUNK = 4096
 
 def trunk_protocol(protocol: Protocol) -> Protocol:
     """The protocol the trunk trains under: the run's, with the trunk's architecture, no trunk of
-    its own, and no early stop (a feature extractor trains its epochs)."""
-    return dataclasses.replace(protocol, arch=protocol.trunk, trunk="none", early_stop_acc=None)
+    its own, no early stop (a feature extractor trains its epochs) and no OOD sets (they do not
+    change the trunk)."""
+    return dataclasses.replace(protocol, arch=protocol.trunk, trunk="none", early_stop_acc=None, ood_sets=())
+
+
+def trunk_run(protocol: Protocol, seed: int) -> RunConfig:
+    """The trunk as the run it is: a single network of ``trunk_protocol`` at ``seed``. Its run id names
+    the trunk (``trunk_key``, OUT/trunks/<run id>.pt), as a run's id names its record."""
+    return make_run_config("single_network", {}, trunk_protocol(protocol), seed)
 
 
 def trunk_key(protocol: Protocol, seed: int) -> str:
-    values = {k: v for k, v in trunk_protocol(protocol).as_dict().items() if k not in ("ood_sets",)}
-    text = json.dumps({"protocol": values, "split_seed": protocol.split_seed_for(seed), "seed": seed},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return trunk_run(protocol, seed).run_id
 
 
 _TRUNKS: dict[str, torch.nn.Module] = {}  # key -> the frozen feature module, per process
@@ -49,11 +50,11 @@ _TRUNKS: dict[str, torch.nn.Module] = {}  # key -> the frozen feature module, pe
 def trunk_features(protocol: Protocol, seed: int, data: BenchData, out: Path | None,
                    device: torch.device | str = "cpu", progress: bool = False) -> torch.nn.Module:
     """The frozen feature module of (protocol, seed): from this process, from OUT/trunks, or trained."""
-    key = trunk_key(protocol, seed)
+    run = trunk_run(protocol, seed)
+    key = run.run_id
     if key in _TRUNKS:
         return _TRUNKS[key]
-    inner = trunk_protocol(protocol)
-    method = SingleNetwork()
+    inner, method = run.protocol, run.make_method()
     spec = inner.arch_spec.fitted(data.in_features, data.n_classes)
     path = None if out is None else Path(out) / TRUNKS / f"{key}.pt"
     if path is not None and path.is_file():
