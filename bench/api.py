@@ -44,7 +44,7 @@ from bench.reporting import star_tables
 from bench.reporting.published import load_published
 from bench.reporting.report import report_folder, report_paper_table, write_bootstrap
 from bench.store import RunStore, append_csv
-from bench.tables import config_columns, id_datasets, summarize, without_candidates
+from bench.tables import FolderTables, config_columns, id_datasets, summarize, without_candidates
 from bench.training.perf import Work, matmul_peak_gflops, run_pack_perf, run_perf
 from methods import BROKEN, REGISTRY, SOURCES, load_entry_points, load_plugin
 from methods.base import Method
@@ -121,10 +121,8 @@ def dry_run(p: Plan, force: bool = False) -> pd.DataFrame:
 @dataclasses.dataclass
 class Executed:
     runs: pd.DataFrame    # this grid's runs, in the grid's order
-    folder: pd.DataFrame  # every run in the folder (what runs.csv holds), which the report shows
+    tables: FolderTables  # the folder's tables (every run in it: what the report shows), built once
     wall: float           # seconds
-    keys: list[str]       # the folder's config columns (summary group keys)
-    problems: list[str]   # one line per corrupt record in the folder
     failed: pd.DataFrame  # the runs this call ran (selection candidates included) that ended with status error
     ran: int = 0          # how many runs this call ran, selection candidates and selections included
     by_others: dict[str, str] = dataclasses.field(default_factory=dict)  # run id -> the worker that trained it meanwhile
@@ -150,14 +148,14 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         p.store.write_tables()
         raise
     wall = time.perf_counter() - started
-    folder, _, keys, problems = p.store.write_tables()
-    runs = failed = folder
+    tables = p.store.write_tables()
+    runs = failed = folder = tables.runs
     if len(runs):  # methods as given, then options, seeds
         order = {run_id: i for i, run_id in enumerate(grid.run_ids)}
         runs = runs[runs["run_id"].isin(order)].sort_values("run_id", key=lambda s: s.map(order))
         failed = folder[folder["run_id"].isin(grid.ran) & (folder["status"] == "error")]
     efficiency = _efficiency(p, folder, grid.ran, wall, peak) if peak else None  # None: nothing trained
-    return Executed(runs.reset_index(drop=True), folder, wall, keys, problems, failed.reset_index(drop=True),
+    return Executed(runs.reset_index(drop=True), tables, wall, failed.reset_index(drop=True),
                     len(grid.ran), efficiency=efficiency, by_others=grid.by_others)
 
 
@@ -231,13 +229,13 @@ def report_grid(p: Plan, done: Executed, plots: bool = True, echo: Callable[[str
     """The report of the plan's folder once ``execute`` is done (summary.md, the paper table a
     preset names, ``plots``), of every run in it, from the tables execute rebuilt; what ``run``
     writes last. ``echo`` gets the summary and a line per file. Returns the files written."""
-    return report_folder(p.store, done.folder, done.keys, plots=plots, echo=echo)
+    return report_folder(p.store, done.tables, plots=plots, echo=echo)
 
 
 def star_report(p: Plan, done: Executed, plots: bool = True) -> list[Path]:
     """A star plan's star.csv, star_summary.csv, star.md and (``plots``) star_forest.png once
     ``execute`` is done (bench.reporting.star_tables). Returns the files written."""
-    return star_tables.write_star(p.store.out, done.folder, plots=plots, title=f"star design: preset {p.preset}")
+    return star_tables.write_star(p.store.out, done.tables.runs, plots=plots, title=f"star design: preset {p.preset}")
 
 
 def ablation_axes(p: Plan) -> list[str]:
@@ -256,7 +254,7 @@ def ablation_report(p: Plan, done: Executed, plots: bool = True) -> list[Path]:
     runs ``execute`` returned (bench.reporting.ablation). Returns the files written."""
     from bench.reporting.ablation import write_ablation  # matplotlib (the module imports it): only for an ablation
     histories = {run_id: p.store.load(run_id).get("history", []) for run_id in done.runs["run_id"]}
-    return write_ablation(p.store.out, done.runs, done.keys, histories, plots=plots)
+    return write_ablation(p.store.out, done.runs, done.tables.keys, histories, plots=plots)
 
 
 def _read(out: str | Path, candidates: bool = False) -> tuple[pd.DataFrame, list[str]]:
@@ -294,24 +292,24 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     data = resolve_data_dir(data_dir)
     done = rescore_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
                           threads)
-    folder, _, keys, _ = store.write_tables()
+    tables = store.write_tables()
     if plots:
         from bench.reporting.figures import write_shift_gallery  # matplotlib: only when a figure is drawn
         echo(f"wrote {write_shift_gallery(store, names, data, shift_seed)}")
-        report_folder(store, folder, keys, echo=echo)
+        report_folder(store, tables, echo=echo)
     return done
 
 
 _warning = functools.partial(warnings.warn, category=RuntimeWarning, stacklevel=3)  # names the line calling the API
 
 
-def _tables(out: str | Path, warn: Callable[[str], None]) -> tuple[RunStore, pd.DataFrame, list[str]]:
-    """(store, runs, config columns) of a results folder, its tables rebuilt; ``warn``: a line per corrupt record."""
+def _tables(out: str | Path, warn: Callable[[str], None]) -> tuple[RunStore, FolderTables]:
+    """(store, its tables) of a results folder, its tables rebuilt; ``warn``: a line per corrupt record."""
     store = RunStore.existing(Path(out))
-    runs, _, keys, problems = store.write_tables()
-    for problem in problems:
+    tables = store.write_tables()
+    for problem in tables.problems:
         warn(problem)
-    return store, runs, keys
+    return store, tables
 
 
 @dataclasses.dataclass
@@ -327,14 +325,16 @@ def report(out: str | Path, plots: bool = True, bootstrap: int = 0, bootstrap_se
     N > 0: also bootstrap.csv, a paired bootstrap over test samples (N resamples, seeded by
     ``bootstrap_seed``) of each seed's difference to the deep ensemble. ``echo`` gets the summary
     and a line per file written, ``warn`` a line per corrupt record."""
-    store, runs, keys = _tables(out, warn)
-    files = report_folder(store, runs, keys, plots=plots, echo=echo)
+    store, tables = _tables(out, warn)
+    runs = tables.runs
+    files = report_folder(store, tables, plots=plots, echo=echo)
     if (store.out / DESIGN_FILE).is_file():  # a star design's folder: its tables and forest plot too
-        star = star_tables.write_star(store.out, runs, plots=plots, title=f"star design: {store.out.name}")
+        presets = ", ".join(dict.fromkeys(map(str, runs.get("preset", [])))) or store.out.name  # as `ablate` titles it
+        star = star_tables.write_star(store.out, runs, plots=plots, title=f"star design: preset {presets}")
         for path in star:
             echo(f"wrote {path}")
         files += star
-    table = write_bootstrap(store, runs, keys, bootstrap, bootstrap_seed) if bootstrap else None
+    table = write_bootstrap(store, runs, tables.keys, bootstrap, bootstrap_seed) if bootstrap else None
     return Reported(files + ([store.out / "bootstrap.csv"] if bootstrap else []), table)
 
 
@@ -344,9 +344,9 @@ def paper_table(out: str | Path, published: str | None = None, in_distribution: 
     OUT/paper_table.csv, .md, .png. ``published``: a name or CSV path (default: the folder's preset's
     compare_to); ``in_distribution``: default, OUT's. ``warn``: a line per corrupt record."""
     load_published(published) if published else None  # a bad name fails before anything is read
-    store, runs, keys = _tables(out, warn)
-    runs = without_candidates(runs)
-    return report_paper_table(store, runs, summarize(runs, keys), published, in_distribution, echo=echo)
+    store, tables = _tables(out, warn)
+    runs = without_candidates(tables.runs)
+    return report_paper_table(store, runs, summarize(runs, tables.keys), published, in_distribution, echo=echo)
 
 
 def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:

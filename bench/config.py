@@ -178,9 +178,18 @@ class RunConfig:
     protocol: Protocol
     seed: int
     preset: str
+    # the method itself, built once from its validated options (make_run_config): every stage reads this one
+    _method: Method | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def make_method(self) -> Method:
-        return get_method(self.method)(**self.method_options)
+    @property
+    def built_method(self) -> Method:
+        if self._method is None:  # unpickled in a worker process: built there once, after its plugins load
+            object.__setattr__(self, "_method", get_method(self.method)(**self.method_options))
+        return self._method
+
+    def __reduce__(self):
+        # a worker gets the method's registered name, not its class (a plugin's class need not be importable there)
+        return RunConfig, (self.method, self.method_options, self.protocol, self.seed, self.preset)
 
     def to_dict(self) -> dict[str, Any]:
         # implicit protocol values at their default (precision=fp32, arch=mlp) are left out: ids made before they
@@ -205,13 +214,16 @@ class RunConfig:
 
     def references(self) -> dict[str, "RunConfig"]:
         """Runs this run needs first (same protocol and seed), by role, e.g. DARE's DE (MSE) reference."""
+        if "_references" in self.__dict__:  # made once: the executor, the packs and the walks all ask
+            return self.__dict__["_references"]
         out = {}
-        for role, (method, options) in self.make_method().references().items():
+        for role, (method, options) in self.built_method.references().items():
             try:
                 out[role] = make_run_config(method, options, self.protocol, self.seed, self.preset)
             except ConfigError as exc:
                 raise ConfigError(f"{self.variant} needs a reference run ({role}), and it is not valid: "
                                   f"{exc}") from None
+        object.__setattr__(self, "_references", out)
         return out
 
     @property
@@ -222,7 +234,7 @@ class RunConfig:
 
     def row(self) -> dict[str, Any]:
         """Flat config columns for a results row: every value that can move a result."""
-        method = self.make_method()
+        method = self.built_method
         # implicit values at their default (precision=fp32) are left out, as in the run id: a folder's
         # older records, which lack them, then group with newer ones (bench.reporting.report fills them in)
         p = self.protocol.as_dict()
@@ -263,7 +275,8 @@ def make_run_config(method: str, method_options: dict[str, Any], protocol: Proto
     cls, what = get_method(method), f"method {method}"
     try:  # the method's own checks: of its options, then against the protocol
         options = validate(cls, method_options, what)
-        cls(**options).check_protocol(protocol, what)
+        built = cls(**options)
+        built.check_protocol(protocol, what)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug in a method's checks is one line, not a traceback
@@ -274,7 +287,8 @@ def make_run_config(method: str, method_options: dict[str, Any], protocol: Proto
         raise ConfigError(f"seed={seed!r} is not valid; allowed: an integer >= 0") from None
     if seed < 0:
         raise ConfigError(f"seed={seed!r} is out of range; allowed: an integer >= 0")
-    return RunConfig(method, without_implicit_defaults(cls, options), protocol, seed, preset)
+    return RunConfig(method, without_implicit_defaults(cls, options), protocol, seed, preset, built)
+
 
 
 def named_file(name_or_path: str, folder: Path, suffix: str, kind: str) -> Path:

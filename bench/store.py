@@ -17,6 +17,7 @@ its own and refuses a newer one with one line naming both (BenchError, exit 2), 
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -31,7 +32,7 @@ from bench.errors import BenchError
 from bench.evaluation.selective import METRICS as METRIC_NAMES, selective_table, with_selective
 from bench.evaluation.columns import ood_table
 from bench.provenance import version
-from bench.tables import config_columns, records_frame, shift_table, summarize
+from bench.tables import FolderTables, config_columns, records_frame, shift_table, summarize
 
 RECORD_SCHEMA = 2  # what this code writes; it reads 1..RECORD_SCHEMA (the history is in the docstring above)
 LEFT_OUT = "; left out of the tables"  # how a corrupt record's problem line ends (RunStore.scan)
@@ -69,6 +70,11 @@ def at_csv_precision(frame: pd.DataFrame, columns) -> pd.DataFrame:
     return rounded
 
 
+def as_written(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as ``pd.read_csv`` reads back what ``write_csv`` writes of it (without the disk)."""
+    return pd.read_csv(io.StringIO(frame.to_csv(index=False, float_format=FLOAT_FORMAT)))
+
+
 def append_csv(frame: pd.DataFrame, path: Path) -> None:
     """Rows appended to a CSV table; the header only by the writer that creates the file (an
     exclusive create: two workers finishing together write it once)."""
@@ -99,26 +105,39 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-_READABLE: set[tuple] = set()  # (path, size, mtime, inode) of the archives that passed, so a report checks each once
+# Each predictions file is read once per process: the check that a record's scores are readable reads
+# and keeps them, and every table and figure after it is handed the kept arrays. An entry is keyed by
+# the file's path, size, mtime and inode, so a file written again is read again; the oldest entries
+# go beyond _CACHE_BYTES (the largest committed folder holds about 190 MB of arrays).
+_ARRAYS: dict[tuple, dict[str, np.ndarray]] = {}
+_CACHE_BYTES = 2 * 1024 ** 3
 
 
-def _readable_zip(path: Path) -> bool:
-    """Whether ``path`` is a zip archive whose every member passes its CRC check. np.load opens an
-    archive with a damaged member and fails only when that member is read, in the middle of a report,
-    so the members are checked here (about 7 ms for a 1 MB paper-protocol file). A file that passed is
-    not read again in this process while its size, mtime and inode stay the same."""
+class UnreadableScores(ValueError):
+    """A predictions file that is there but cannot be read whole (a missing one is FileNotFoundError)."""
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a predictions file (an .npz archive), every member read in full so that its CRC is
+    checked (np.load alone opens an archive with a damaged member and fails only when that member is
+    read, in the middle of a report); UnreadableScores if it is not a whole, readable archive."""
+    stat = path.stat()  # FileNotFoundError: no cache (a folder copied without predictions/)
     try:
-        stat = path.stat()
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-        if key in _READABLE:
-            return True
+        if key in _ARRAYS:
+            return _ARRAYS[key]
         with zipfile.ZipFile(path) as archive:
-            if archive.testzip() is not None:
-                return False
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError):
-        return False  # not a zip, a directory, a torn directory, a damaged deflate stream
-    _READABLE.add(key)
-    return True
+            arrays = {name.removesuffix(".npy"): np.lib.format.read_array(io.BytesIO(archive.read(name)))
+                      for name in archive.namelist()}
+        for array in arrays.values():
+            array.flags.writeable = False  # shared by every reader in this process
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        # not a zip, a directory, a torn directory, a damaged deflate stream, a bad CRC, a bad .npy header
+        raise UnreadableScores(f"{type(exc).__name__}: {exc}") from None
+    _ARRAYS[key] = arrays
+    while len(_ARRAYS) > 1 and sum(a.nbytes for v in _ARRAYS.values() for a in v.values()) > _CACHE_BYTES:
+        del _ARRAYS[next(iter(_ARRAYS))]
+    return arrays
 
 
 class RunStore:
@@ -197,8 +216,11 @@ class RunStore:
             if not isinstance(record.get("id_acc"), (int, float)):
                 raise CorruptRecord("status ok but no metrics")
             cached = self.predictions_path(run_id)
-            if scores and cached.exists() and not _readable_zip(cached):
-                raise CorruptRecord(f"its scores {cached} are unreadable")
+            if scores and cached.exists():
+                try:
+                    read_arrays(cached)
+                except UnreadableScores:
+                    raise CorruptRecord(f"its scores {cached} are unreadable") from None
         return record
 
     def check(self, run_ids: list[str]) -> tuple[dict[str, dict], list[str]]:
@@ -250,8 +272,8 @@ class RunStore:
         self.predictions_path(run_id).unlink(missing_ok=True)
 
     def load_arrays(self, run_id: str) -> dict[str, np.ndarray]:
-        with np.load(self.predictions_path(run_id)) as z:
-            return dict(z)
+        """A run's cached predictions, read once per process (``read_arrays``); read-only arrays."""
+        return read_arrays(self.predictions_path(run_id))
 
     def add_selection(self, selection_id: str, candidate_ids: list[str]) -> None:
         """Note, before its walk trains anything, which runs are a selection's candidates, so that
@@ -323,13 +345,12 @@ class RunStore:
                  for run_id, source in sources.items()]
         return pd.concat(parts, ignore_index=True).astype({c: float for c in columns if c in METRIC_NAMES})
 
-    def write_tables(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str], list[str]]:
+    def write_tables(self) -> FolderTables:
         """runs.csv, summary.csv, ood.csv (the OOD metrics in long form), selective.csv (the
         selective-prediction metrics from each run's cached predictions) and, once ``bench evaluate``
         has scored the shift suite, shift.csv, from every record. A run without its predictions (a
         folder copied without predictions/) keeps its record's metrics and its rows of the last
-        selective.csv; one problem line says how many such runs there are.
-        Returns (runs, summary, config columns, problems)."""
+        selective.csv; one problem line says how many such runs there are. Returns the tables written."""
         self.ensure()
         records, problems = self.scan()
         if problems and not records:  # every record corrupt: keep the tables as they are
@@ -355,4 +376,5 @@ class RunStore:
         shift = shift_table(records, runs)
         if len(shift) or (self.out / "shift.csv").exists():
             write_csv(shift, self.out / "shift.csv")
-        return runs, summary, keys, problems
+        # the reports read the shift table as shift.csv holds it (values at its precision, types as read)
+        return FolderTables(runs, summary, as_written(shift), keys, problems)

@@ -3,6 +3,7 @@ the one order of every table and plot, ``sorted_runs``), the summary over seeds 
 the shift suite in long form (``shift_table``). bench.store reads the records and writes the CSVs."""
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pandas as pd
@@ -15,6 +16,17 @@ NOT_IN_TABLES = ("config", "config_columns", "history", "candidates", "traceback
 # numeric columns that describe a run's execution, not its result: never summarised
 NOT_METRICS = {"seed", "threads", "diverged_epoch", "vectorized", "failed_candidates", "pack_runs", "pack_networks",
                "train_tflop"}
+
+
+@dataclasses.dataclass
+class FolderTables:
+    """A results folder's tables, built once per command from one scan of its records
+    (``RunStore.write_tables``) and handed to every report, paper table and figure after it."""
+    runs: pd.DataFrame      # one row per record, selection candidates included (runs.csv)
+    summary: pd.DataFrame   # mean, std and n over seeds per config (summary.csv)
+    shift: pd.DataFrame     # the shift suite in long form (shift.csv; no rows until bench evaluate)
+    keys: list[str]         # the config columns: the summary's group keys
+    problems: list[str]     # one line per corrupt record, or per kind of missing cache
 
 
 def parse_skipped(cell) -> dict[str, str]:

@@ -53,6 +53,13 @@ from bench.options import choice
 PREDICT_CHUNK = 8192  # rows per forward pass at test time: bounds memory for large test sets
 CHECKPOINT_RULES = ("none", "best", "last_below_threshold")
 FITTED_TEMPERATURE = "fitted_temperature"  # the model attribute and record field of a fitted temperature
+# the hooks each capability vouches for (Method.declares): a subclass overriding one must declare it again
+_STEP_HOOKS = ("training_batch", "training_forward", "task_loss", "penalty")
+CAPABILITY_HOOKS = {
+    "capturable": _STEP_HOOKS,
+    "packable": (*_STEP_HOOKS, "build_model", "prepare", "stack_states", "lr_factor", "after_step", "post_fit",
+                 "predictive_model"),
+}
 
 
 class ReferenceFailed(Exception):
@@ -122,21 +129,24 @@ class Method:
     has_threshold: ClassVar[bool] = False  # may use checkpoint=last_below_threshold
     joint: ClassVar[bool] = False  # members share batches and one objective (see the module docstring)
 
+    # Capabilities a class declares, vouching for its own training hooks (``declares``): a subclass keeps
+    # one until it overrides a hook the capability depends on (a new penalty may couple members, a new
+    # training_batch may draw on the host), and then has it only by declaring it again.
+    #
     # Packs (bench.training.packs): runs of one method and protocol (their seeds' splits may differ) may train as
     # one stacked computation when the method draws nothing from torch's global generator while
     # training (a run's own draws come from its own generator, kept in ``prepare``'s state). A joint
     # method packs too when its coupling terms are computed run by run (``Batch.run_parts``); the runs
-    # of a joint pack have equal member counts. A class says so itself (``packable = True`` in its own
-    # body: a subclass, whose penalty may couple members, does not inherit it; see packs_runs). The
-    # options named in pack_options may differ between the runs of a pack: where they differ each
-    # becomes a per-network tensor, so the method must work with the option as a number or such a tensor.
+    # of a joint pack have equal member counts. The options named in pack_options may differ between
+    # the runs of a pack: where they differ each becomes a per-network tensor, so the method must work
+    # with the option as a number or such a tensor.
     packable: ClassVar[bool] = False
     pack_options: ClassVar[tuple[str, ...]] = ()
     fixed_schedule: ClassVar[bool] = False  # collects its ensemble along the schedule: no early stop, no checkpoint
     post_fit_uses_train: ClassVar[bool] = False  # post_fit is handed the training split too
     # The step may be captured in a CUDA graph and replayed (``bench.training.graphs``): it reads nothing
     # back to the host, draws nothing from a CPU generator, and keeps its training state in tensors it
-    # updates in place. Like ``packable``, a class says so in its own body (``capturable_steps``).
+    # updates in place.
     capturable: ClassVar[bool] = False
     # why temperature=fit is refused, if it is (the predictive is no softmax of the logits T would scale)
     temperature_unsupported: ClassVar[str] = ""
@@ -145,14 +155,26 @@ class Method:
     layers: ClassVar[str] = "members"
 
     @classmethod
+    def declares(cls, capability: str) -> bool:
+        """Whether the class has a capability (``packable``, ``capturable``): the nearest class in its
+        MRO that sets it says so, and no class between overrides a hook the capability vouches for."""
+        hooks = CAPABILITY_HOOKS[capability]
+        for klass in cls.__mro__:
+            if capability in vars(klass):
+                return bool(vars(klass)[capability])
+            if any(hook in vars(klass) for hook in hooks):
+                return False
+        return False
+
+    @classmethod
     def capturable_steps(cls) -> bool:
-        """Whether this very class's training step may be captured (``capturable`` in its own body)."""
-        return bool(vars(cls).get("capturable", False))
+        """Whether the class's training step may be captured (``declares("capturable")``)."""
+        return cls.declares("capturable")
 
     @classmethod
     def packs_runs(cls) -> bool:
-        """Whether runs of this very class may pack (``packable`` set in its own body)."""
-        return bool(vars(cls).get("packable", False))
+        """Whether runs of the class may pack (``declares("packable")``)."""
+        return cls.declares("packable")
 
     checkpoint: str = choice("none", CHECKPOINT_RULES,
                              help="per member, after every epoch, on the validation task loss: none (keep the "

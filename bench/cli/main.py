@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,ablate,list,perf,report,evaluate,paper-table}`` (also installed as
+"""Command line: ``python -m bench {run,ablate,list,perf,report,evaluate,paper-table,export}`` (also installed as
 ``dare-bench``). One module per command, each with ``add_parser(sub, preset)`` (its flags) and
 ``run(args)`` (a call or two to ``bench.api`` and what it prints); this module builds the parser from
 them, dispatches, and turns a user's mistake (a BenchError) into one line and exit status 2."""
@@ -8,11 +8,11 @@ import argparse
 import os
 import sys
 
-from bench.cli import ablate, evaluate, listing, paper_table, perf, report, run
+from bench.cli import ablate, evaluate, export, listing, paper_table, perf, report, run
 from bench.errors import BenchError
 from methods import load_entry_points, load_plugin
 
-COMMANDS = (run, ablate, listing, perf, report, evaluate, paper_table)  # in the order --help lists them
+COMMANDS = (run, ablate, listing, perf, report, evaluate, paper_table, export)  # in the order --help lists them
 
 
 def build_parser(preset: str | None = None) -> argparse.ArgumentParser:

@@ -7,6 +7,8 @@ from pathlib import Path
 from bench import api
 from bench.cli.arguments import DEFAULT_REPORT_OUT, add_command, parse_count
 from bench.cli.printing import warn
+from bench.errors import BenchError
+from bench.reporting.pages import write_index
 from bench.reporting.paired import NO_PREDICTIONS
 from bench.reporting.paper import write_comparison
 
@@ -15,7 +17,11 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
     report = add_command(sub, "report", help="rebuild the CSV tables (and plots) from the records in OUT",
                          description="Rebuild runs.csv, summary.csv, summary.md and the plots from "
                          "OUT/records. Runs of different protocols get their own section and plots.")
-    report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write")
+    report.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder to read and write; its page "
+                        "is OUT/index.html (open it in a browser: it needs no network)")
+    report.add_argument("--index", metavar="ROOT",
+                        help="instead: write ROOT/index.html, every results folder under ROOT with its headline "
+                        "rows and a link to its own page (e.g. --index results)")
     report.add_argument("--no-plots", action="store_true", help="write only the tables")
     report.add_argument("--bootstrap", metavar="N", default="0",
                         help="also a paired bootstrap over test samples of each seed's difference to the "
@@ -30,6 +36,12 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.index:
+        root = Path(args.index)
+        if not root.is_dir():
+            raise BenchError(f"--index {root}: no such folder")
+        print(f"wrote {write_index(root)}")
+        return 0
     n_boot, boot_seed = (parse_count(args.bootstrap, "--bootstrap", 0),
                          parse_count(args.bootstrap_seed, "--bootstrap-seed", 0))
     done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn)

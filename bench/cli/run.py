@@ -47,7 +47,7 @@ def run_plan(plan: api.Plan, args: argparse.Namespace, then: Callable[[api.Execu
         print(f"\ninterrupted: every finished run is saved in {plan.store.records}; run the same command "
               "again to resume", file=sys.stderr)
         return 130
-    for problem in done.problems:
+    for problem in done.tables.problems:
         warn(problem)
     api.report_grid(plan, done, plots=not args.no_plots if plots is None else plots)
     print(f"{len(done.runs)} runs in the grid, {done.wall:.0f} s wall time; tables in {plan.store.out}")

@@ -224,7 +224,7 @@ def _one_configuration_each(base: list[GridItem]) -> None:
 def _check_score(name: str, score: Any, items: list[GridItem]) -> set[str]:
     """A score every method of the setting has (shared, or every method's own); returns their
     primary scores."""
-    primaries = {i.runs()[0].make_method().primary_score for i in items}
+    primaries = {i.runs()[0].built_method.primary_score for i in items}
     known = list(dict.fromkeys([*scores.shared(), *(sorted(primaries) if len(primaries) == 1 else [])]))
     if score not in known:
         raise ConfigError(f"star setting '{name}': unknown score '{score}' for its methods "

@@ -42,6 +42,11 @@ class Selection:
     preset: str
 
     def candidates(self) -> list[RunConfig]:
+        if "_candidates" not in self.__dict__:  # built once: ids, rows and the walk all read them
+            object.__setattr__(self, "_candidates", self._make_candidates())
+        return self.__dict__["_candidates"]
+
+    def _make_candidates(self) -> list[RunConfig]:
         names = [n for n, _ in self.grid]
         return [make_run_config(self.method, {**self.fixed, **dict(zip(names, combo))}, self.protocol,
                                 self.seed, self.preset)
@@ -65,7 +70,7 @@ class Selection:
     def breaks_at(self, config: RunConfig) -> bool:
         """Whether the early break applies at this candidate."""
         if isinstance(self.early_break, dict):
-            method = config.make_method()
+            method = config.built_method
             return all(same_value(getattr(method, k, None), v) for k, v in self.early_break.items())
         return bool(self.early_break)
 
@@ -175,7 +180,7 @@ class Walk:
         config = self.candidates[len(self.scores)]
         score = record.get(SCORE) if record.get("status") == "ok" else None
         ok = isinstance(score, (int, float)) and math.isfinite(score)
-        method = config.make_method()  # every option, implicit ones at their default included
+        method = config.built_method  # every option, implicit ones at their default included
         self.scores.append({"run_id": config.run_id, **{n: getattr(method, n) for n, _ in self.selection.grid},
                             "status": record.get("status"), SCORE: score if ok else None})
         # a tie goes to the later value and the walk goes on, as in the paper's code (score <= best)

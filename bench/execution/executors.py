@@ -384,7 +384,7 @@ class _Runner:
         trained = 0
         limit = pack_limit(self.execution, [c.protocol for c in configs])
         if self.execution.pack_size == "auto" and self.executor.jobs > 1:  # leave work for every worker
-            networks = sum(c.make_method().n_networks for c in configs)
+            networks = sum(c.built_method.n_networks for c in configs)
             limit = min(limit, max(1, math.ceil(networks / self.executor.jobs)))
         for record in self.executor.map(make_packs(configs, limit), self.data_dir, self.store.out, self.execution,
                                         self.download, self.progress, self.todo):

@@ -110,7 +110,7 @@ def load_run(store: RunStore, run: StoredRun, data_dir: Path, download: bool, de
         raise BenchError(f"its config is not valid here ({exc})") from None
     if config.run_id != run.source["run_id"]:
         raise BenchError(f"its config gives run id {config.run_id} (written by another dare-bench version)")
-    method = config.make_method()
+    method = config.built_method
     references = {}
     for role, ref in config.references().items():
         try:

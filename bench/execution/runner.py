@@ -40,7 +40,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
         torch.set_num_threads(execution.threads)
     references = references or [{} for _ in configs]
     datas = data if isinstance(data, list) else [data] * len(configs)
-    networks = [c.make_method().n_networks for c in configs]
+    networks = [c.built_method.n_networks for c in configs]
     pack = {"pack_id": hashlib.sha1(" ".join(c.run_id for c in configs).encode()).hexdigest()[:12],
             "pack_runs": len(configs), "pack_networks": sum(networks)}
     records = [_base_record(c, d, execution, device, pack) for c, d in zip(configs, datas)]
@@ -48,7 +48,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
     bound = []  # (index, method bound to its references)
     for i, config in enumerate(configs):
         try:
-            method, values = config.make_method().bind(references[i])
+            method, values = config.built_method.bind(references[i])
             records[i].update(values)
             bound.append((i, method))
         except ReferenceFailed as exc:

@@ -29,7 +29,7 @@ from bench.errors import ConfigError
 from bench.evaluation.columns import scored_sets, with_primary
 from bench.reporting import run_plots, shift_plots
 from bench.reporting.forest_plots import forest_plot
-from bench.reporting.plotting import MAX_PROB_AUGRC, ProtocolView, protocol_title
+from bench.reporting.plotting import MAX_PROB_AUGRC, ProtocolView, palette, protocol_title, short_labels
 from bench.store import RunStore
 
 MANIFEST = "figures.json"  # in a results folder: {writer: [the figure files it wrote last]}
@@ -44,6 +44,7 @@ class Figure:
     # drawn from the runs' cached predictions (view.arrays): not redrawn while some run lacks them (a
     # folder copied without predictions/), its last file kept; False for a figure of the metrics alone
     needs_predictions: bool = True
+    caption: str = ""                              # one line under it on the folder's page (bench.reporting.pages)
 
 
 def has_runs(view: ProtocolView) -> bool:
@@ -78,21 +79,43 @@ def has_shift_curves(view: ProtocolView) -> bool:
 
 
 def forest(path: Path, view: ProtocolView) -> None:
-    forest_plot(path, view.title, view.differences)
+    forest_plot(path, view.title, view.differences, view.labels)
 
 
 FIGURES: list[Figure] = [
-    Figure("comparison", run_plots.comparison, has_runs, needs_predictions=False),
-    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets),
-    Figure("roc_curves", run_plots.roc_curves, has_ood_sets),
-    Figure("reliability", run_plots.reliability, has_runs),
-    Figure("risk_coverage", run_plots.risk_coverage, has_selective),
-    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective),
-    Figure("top_uncertain", run_plots.top_uncertain, has_runs),
-    Figure("forest", forest, has_differences, needs_predictions=False),
-    Figure("shift_curves", shift_plots.shift_curves, has_shift_curves, needs_predictions=False),
-    Figure("shift_table", shift_plots.shift_heatmaps, has_shift, needs_predictions=False),
+    Figure("comparison", run_plots.comparison, has_runs, needs_predictions=False,
+           caption="each headline metric per variant: the seeds as dots, their mean ± sd as a diamond"),
+    Figure("ood_histograms", run_plots.ood_histograms, has_ood_sets,
+           caption="each variant's own score on the ID test split against the first OOD set, seeds pooled"),
+    Figure("roc_curves", run_plots.roc_curves, has_ood_sets,
+           caption="ROC curves against the first OOD set by each variant's own score, one line per seed"),
+    Figure("reliability", run_plots.reliability, has_runs,
+           caption="accuracy per confidence bin (mean ± sd over seeds) against the diagonal; beneath, the share per bin"),
+    Figure("risk_coverage", run_plots.risk_coverage, has_selective,
+           caption="selective risk against coverage (confidence: the max mean probability), mean over seeds"),
+    Figure("smooth_reliability", run_plots.smooth_reliability, has_selective,
+           caption="smooth reliability diagram of the max mean probability beside the binned one"),
+    Figure("top_uncertain", run_plots.top_uncertain, has_runs,
+           caption="the most uncertain ID test images of each variant's first seed, by predictive entropy"),
+    Figure("forest", forest, has_differences, needs_predictions=False,
+           caption="paired differences to the deep-ensemble reference, mean and 95 % t-interval per metric"),
+    Figure("shift_curves", shift_plots.shift_curves, has_shift_curves, needs_predictions=False,
+           caption="each metric against shift intensity, mean ± sd over seeds; intensity 0 is the clean split"),
+    Figure("shift_table", shift_plots.shift_heatmaps, has_shift, needs_predictions=False,
+           caption="the per-corruption table as heatmaps, one panel per metric (mean over seeds)"),
 ]
+# the figures other commands draw (figures.json records them under the command's name)
+OTHER_CAPTIONS = {"shift_gallery": "the shift suite's corruptions at each level on the same test images",
+                  "ablation": "each metric against the ablation's axis, mean ± sd over seeds",
+                  "star_forest": "each setting of the star design against its centre, paired over seeds",
+                  "paper_table": "the harness's cells beside the published ones"}
+
+
+def caption_of(file_name: str) -> str:
+    """The caption of a figure file (<name><tag>.png): the longest registered name it starts with."""
+    captions = {**OTHER_CAPTIONS, **{f.name: f.caption for f in FIGURES}}
+    names = [n for n in captions if file_name.startswith(n)]
+    return captions[max(names, key=len)] if names else ""
 
 
 def register(figure: Figure) -> None:
@@ -125,6 +148,7 @@ def write_figures(out: Path, views: list[ProtocolView], echo: Callable[[str], No
     unrecorded = [] if REPORT in recorded(out) else [p.name for f in FIGURES for p in out.glob(f"{f.name}*.png")]
     last = set(recorded(out).get(REPORT, unrecorded))
     files, kept, in_order = [], [], []  # in_order: drawn and kept alike, so figures.json reads the same either way
+    share_names_and_colours(views)
     for view in views:
         for figure in FIGURES:
             path = out / f"{figure.name}{view.tag}.png"
@@ -142,6 +166,18 @@ def write_figures(out: Path, views: list[ProtocolView], echo: Callable[[str], No
              f"predictions, which {out / 'predictions'} lacks")
     record_figures(out, REPORT, in_order, unrecorded)
     return files
+
+
+def share_names_and_colours(views: list[ProtocolView]) -> None:
+    """One short name and one colour per variant across every figure of a folder, in one order."""
+    every = [view.runs for view in views if len(view.runs)]
+    if not every:
+        return
+    runs = pd.concat(every, ignore_index=True)
+    colors, labels = palette(list(dict.fromkeys(runs["variant"]))), short_labels(runs)
+    for view in views:
+        view.colors = {v: colors[v] for v in view.variants}
+        view.labels = {v: labels[v] for v in view.variants}
 
 
 def recorded(out: Path) -> dict[str, list[str]]:

@@ -30,16 +30,16 @@ def forest_panels(differences: pd.DataFrame) -> list[tuple[str, str, float]]:
     return panels
 
 
-def forest_plot(path: Path, title: str, differences: pd.DataFrame) -> Path | None:
+def forest_plot(path: Path, title: str, differences: pd.DataFrame, labels: dict[str, str] | None = None) -> Path | None:
     """The paired differences of a protocol (bench.reporting.paired, one panel per metric of
     ``forest_panels``): one line per row, its mean and 95 % t-interval over seeds against the zero
-    of its reference."""
+    of its reference; ``labels``: the variants' names in the folder's figures (default: the variants)."""
     panels = forest_panels(differences) if not differences.empty else []
     if not panels:
         return None
     rows = list(dict.fromkeys(differences["variant"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 0.45 * len(rows) + 1.8), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.0 * len(panels) + 2.4, 0.36 * len(rows) + 1.3), sharey=True,
+                             squeeze=False, layout="constrained")
     for ax, (metric, panel, scale) in zip(axes[0], panels):
         sub = differences[differences["metric"] == metric].set_index("variant").reindex(rows)
         y = np.arange(len(rows))
@@ -50,13 +50,13 @@ def forest_plot(path: Path, title: str, differences: pd.DataFrame) -> Path | Non
         ax.axvline(0, color="black", linewidth=0.8)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
         ax.set_title(panel, fontsize=9)
-    axes[0][0].set_yticks(range(len(rows)), [textwrap.fill(f"{v}\n− {r}", 52) for v, r in
-                                             zip(rows, differences.groupby("variant", sort=False)["reference"].first())],
-                          fontsize=6.5)
+    name = (lambda v: labels.get(v, v)) if labels else (lambda v: textwrap.fill(v, 52))
+    references = differences.groupby("variant", sort=False)["reference"].first()
+    axes[0][0].set_yticks(range(len(rows)), [f"{name(v)}\n− {name(r)}" for v, r in zip(rows, references)],
+                          fontsize=8 if labels else 6.5)
     axes[0][0].invert_yaxis()
     fig.suptitle(f"{title}\npaired difference to the deep ensemble, mean and 95 % t-interval over seeds "
-                 "(red: excludes 0)", fontsize=9, y=1.02)
-    fig.tight_layout()
+                 "(red: excludes 0)", fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
     return path
 

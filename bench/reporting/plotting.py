@@ -27,7 +27,40 @@ def primary_of(runs: pd.DataFrame, variant: str) -> str:
 
 
 def palette(variants: list[str]) -> dict[str, tuple]:
-    return dict(zip(variants, sns.color_palette("colorblind", len(variants))))
+    """A colour per variant, none repeated: the colour-blind palette up to its 10 colours, then tab20's
+    20, then evenly spaced hues."""
+    n = len(variants)
+    colors = sns.color_palette("colorblind" if n <= 10 else "tab20" if n <= 20 else "husl", n)
+    return dict(zip(variants, colors))
+
+
+def short_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """Each variant's name in a figure: its method's label (DE (NLL), DARE, MC dropout, ...) and, where
+    variants share a label, the options that tell them apart (SWAG (members=1) beside SWAG (members=3));
+    the whole variant where even those do not."""
+    first = runs.drop_duplicates("variant")
+    labels = dict(zip(first["variant"], first["label"] if "label" in first else first["variant"]))
+    out = {}
+    for label in dict.fromkeys(labels.values()):
+        variants = [v for v, l in labels.items() if l == label]
+        options = [_options(v) for v in variants]
+        differing = [k for k in dict.fromkeys(k for o in options for k in o) if len({o.get(k) for o in options}) > 1]
+        for variant, opts in zip(variants, options):
+            told = ", ".join(f"{k}={opts.get(k, '-')}" for k in differing)
+            out[variant] = f"{label} ({told})" if differing else str(label)
+    if len(set(out.values())) < len(out):  # options alone do not tell some apart (e.g. two select grids)
+        return {v: v for v in out}
+    return out
+
+
+def _options(variant: str) -> dict[str, str]:
+    """The options of a variant string, 'method(k=v, k=v; select ...)', as {k: v} (the select spec under 'select')."""
+    inner = variant[variant.find("(") + 1:variant.rfind(")")] if "(" in variant else ""
+    fixed, _, select = inner.partition("; select ")
+    out = dict(part.split("=", 1) for part in fixed.split(", ") if "=" in part)
+    if select:
+        out["select"] = select
+    return out
 
 
 def protocol_title(runs) -> str:
@@ -53,6 +86,12 @@ class ProtocolView:
     def variants(self) -> list[str]:
         return list(dict.fromkeys(self.runs["variant"]))
 
+    # a folder's figures share one colour and one name per variant (bench.reporting.figures.write_figures
+    # sets them from every protocol's variants); alone, a view makes its own
     @functools.cached_property
     def colors(self) -> dict[str, tuple]:
         return palette(self.variants)
+
+    @functools.cached_property
+    def labels(self) -> dict[str, str]:
+        return short_labels(self.runs)

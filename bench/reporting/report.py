@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import math
 import re
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -17,9 +18,9 @@ from bench.evaluation.catalog import PAIRED, SUMMARY, shown_in
 from bench.evaluation.columns import scored_sets
 from bench.evaluation.scores import DEFAULT_SCORE
 from bench.store import RunStore, write_csv
-from bench.tables import parse_skipped, sorted_runs, summarize, without_candidates
+from bench.tables import FolderTables, parse_skipped, sorted_runs, summarize, without_candidates
 from bench.reporting.formatting import format_difference, mean_std
-from bench.reporting import shift_tables
+from bench.reporting import pages as pages_module, shift_tables
 from bench.reporting.paired import paired_table, bootstrap_table, paired_metric
 from bench.reporting.paper import write_paper_table
 from bench.reporting.published import available_tables
@@ -128,12 +129,12 @@ def format_summary(summary, markdown: bool = False) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
 
 
-def report_folder(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bool = True, echo=print) -> list:
+def report_folder(store: RunStore, tables: FolderTables, plots: bool = True, echo=print) -> list:
     """The report of every run in a results folder (selection candidates left out: their selection
     stands for them), with the paper table of the first shipped preset among the runs that names one.
     Every command that renders a folder renders it this way, so the same records give the same files."""
-    runs = without_candidates(sorted_runs(runs))
-    return write_report(store, runs, keys, plots, compare_to=preset_table(runs), echo=echo)
+    runs = without_candidates(sorted_runs(tables.runs))
+    return write_report(store, runs, tables.keys, tables.shift, plots, compare_to=preset_table(runs), echo=echo)
 
 
 def preset_table(runs: pd.DataFrame) -> str | None:
@@ -143,16 +144,17 @@ def preset_table(runs: pd.DataFrame) -> str | None:
     return next((t for t in tables if t), None)
 
 
-def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bool = True,
+def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], shift: pd.DataFrame, plots: bool = True,
                  compare_to: str | None = None, echo=print) -> list:
     """summary.md (one section per protocol) and the plots of each protocol; the paper table when a
-    preset names one. Prints the summary. Returns the files written."""
+    preset names one. ``shift``: the shift suite in long form (``FolderTables.shift``). Prints the
+    summary. Returns the files written."""
     runs = sorted_runs(runs)  # the order of `bench report`, whatever order a grid ran in
     groups = protocol_groups(runs)
-    sections, files, paired, robust = [], [], [], []
-    shift = pd.read_csv(store.out / "shift.csv") if (store.out / "shift.csv").is_file() else None
+    sections, files, paired, robust, pages = [], [], [], [], []
     for group in groups:
         summary = summarize(group.runs, keys)
+        pages.append((group, summary))
         differences = paired_differences(group.runs, keys)
         paired.append(differences.assign(protocol=group.label))
         robust.append(shift_and_suite_tables(group.runs, differences, shift, group.label))
@@ -176,9 +178,19 @@ def write_report(store: RunStore, runs: pd.DataFrame, keys: list[str], plots: bo
         from bench.reporting.figures import protocol_view, write_figures
         files += write_figures(store.out, [protocol_view(store, group, differences, tables)
                                            for group, differences, tables in zip(groups, paired, robust)], echo)
+    files.append(write_page(store.out, runs, pages, paired))
     for path in files:
         echo(f"wrote {path}")
     return files
+
+
+def write_page(out: Path, runs: pd.DataFrame, pages: list, paired: list) -> Path:
+    """OUT/index.html (bench.reporting.pages): each protocol's summary with its drill-downs."""
+    sections = [pages_module.summary_section(group, summary, differences, headline(summary))
+                for (group, summary), differences in zip(pages, paired) if not summary.empty]
+    known = set(available_presets())
+    presets = [p for p in dict.fromkeys(map(str, runs.get("preset", []))) if p in known]
+    return pages_module.write_folder_page(out, sections, len(runs), presets)
 
 
 def shift_and_suite_tables(runs: pd.DataFrame, differences: pd.DataFrame, shift: pd.DataFrame | None, label: str) -> dict:

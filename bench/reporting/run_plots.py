@@ -4,7 +4,6 @@ diagrams, risk-coverage curves and the most uncertain test images. Each is drawn
 ProtocolView and named after its file (bench.reporting.figures registers them)."""
 from __future__ import annotations
 
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -25,8 +24,8 @@ def comparison(path: Path, view: ProtocolView) -> None:
     title, runs, variants, colors, sets = view.title, view.runs, view.variants, view.colors, view.sets
     panels = [(metric.column(PRIMARY, s), metric.title(COMPARISON, s)) for metric in shown_in(COMPARISON)
               for s in metric.sets(sets)]  # the catalog's; a per-OOD-set metric by each run's own score
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.7 * len(variants) + 2.2),
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.6, 0.36 * len(variants) + 1.3),
+                             sharey=True, layout="constrained")
     # seaborn jitters strip plots with numpy's global RNG: fix it so the same records give the same PNG
     rng_state = np.random.get_state()
     np.random.seed(0)
@@ -41,13 +40,11 @@ def comparison(path: Path, view: ProtocolView) -> None:
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel("")
         ax.set_ylabel("")
-    # long variants (a selection names its whole grid) wrap instead of squeezing the panels
-    axes[0].set_yticks(range(len(variants)), [textwrap.fill(v, 48) for v in variants], fontsize=8)
+    axes[0].set_yticks(range(len(variants)), [view.labels[v] for v in variants], fontsize=9)
     np.random.set_state(rng_state)
     n = runs.groupby("variant").size()
     fig.suptitle(f"{title}\ndiamonds: mean ± sd over seeds (n = {', '.join(map(str, sorted(set(n))))}); "
-                 "dots: single seeds", y=1.04)
-    fig.tight_layout()
+                 "dots: single seeds", fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
@@ -55,8 +52,12 @@ def ood_histograms(path: Path, view: ProtocolView) -> None:
     """Per variant, its primary score on the ID test split against the first OOD set, seeds pooled."""
     title, runs, variants, colors, arrays, ood_set = (view.title, view.runs, view.variants, view.colors,
                                                       view.arrays, view.sets[0])
-    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.4), squeeze=False)
-    for ax, variant in zip(axes[0], variants):
+    cols = min(len(variants), 4)
+    rows = -(-len(variants) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.7 * rows + 0.6), squeeze=False, layout="constrained")
+    for ax in axes.flat[len(variants):]:
+        ax.axis("off")
+    for ax, variant in zip(axes.flat, variants):
         ids, score = runs.loc[runs["variant"] == variant, "run_id"], primary_of(runs, variant)
         s_id = np.concatenate([arrays[r][score_key(score)] for r in ids])
         s_ood = np.concatenate([arrays[r][score_key(score, ood_set)] for r in ids])
@@ -65,12 +66,13 @@ def ood_histograms(path: Path, view: ProtocolView) -> None:
         ax.hist(s_id, bins=bins, density=True, alpha=0.6, color=colors[variant], label="ID test")
         ax.hist(s_ood, bins=bins, density=True, histtype="step", linewidth=1.8, color="black", label=f"{ood_set} test")
         ax.set_yscale("log")
-        ax.set_title(variant, fontsize=9)
-        ax.set_xlabel(score_label(score))
-    axes[0][0].set_ylabel("density (log)")
-    axes[0][0].legend()
-    fig.suptitle(f"{title}; {ood_set} shown; all seeds pooled (x axis clipped at the 99.5th percentile)")
-    fig.tight_layout()
+        ax.set_title(view.labels[variant], fontsize=9, color=colors[variant])
+        ax.set_xlabel(score_label(score), fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("density (log)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{title}\nID test against {ood_set} test by each method's score; seeds pooled; x clipped at the "
+                 "99.5th percentile", fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
@@ -78,22 +80,21 @@ def roc_curves(path: Path, view: ProtocolView) -> None:
     """ROC curves against the first OOD set by each variant's primary score, one line per seed."""
     title, runs, variants, colors, arrays, ood_set = (view.title, view.runs, view.variants, view.colors,
                                                       view.arrays, view.sets[0])
-    fig, ax = plt.subplots(figsize=(5.2, 5))
+    fig, ax = plt.subplots(figsize=(8.6, 5.2), layout="constrained")
     for variant in variants:
         sub, score = runs[runs["variant"] == variant], primary_of(runs, variant)
         for i, rid in enumerate(sub["run_id"]):
             s_id, s_ood = arrays[rid][score_key(score)], arrays[rid][score_key(score, ood_set)]
             fpr, tpr, _ = roc_curve(np.r_[np.zeros(len(s_id)), np.ones(len(s_ood))], np.r_[s_id, s_ood])
             auroc = sub[ood_column("auroc", score, ood_set)]
-            label = (f"{variant}\n{score_label(score)}: AUROC {auroc.mean():.3f} ± "
+            label = (f"{view.labels[variant]}: {score_label(score)} AUROC {auroc.mean():.3f} ± "
                      f"{auroc.std(ddof=1) if len(auroc) > 1 else 0:.3f}")
             ax.plot(fpr, tpr, color=colors[variant], alpha=0.8, linewidth=1.3, label=label if i == 0 else None)
     ax.plot([0, 1], [0, 1], linestyle=":", color="grey")
     ax.set_xlabel("false positive rate (ID flagged)")
     ax.set_ylabel(f"true positive rate ({ood_set} caught)")
     ax.set_title(f"{title}\nROC vs {ood_set} by each method's score, one line per seed", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
@@ -116,8 +117,7 @@ def top_uncertain(path: Path, view: ProtocolView) -> None:
             ax.set_title(f"pred {name(pred)} ({arr['id_conf'][idx]:.2f})\ntrue {name(true)}\n"
                          f"H = {arr[score_key(PRED_ENTROPY)][idx]:.2f} bits", fontsize=8,
                          color="black" if pred == true else "crimson")
-        row.suptitle(textwrap.fill(f"{first['variant']}, seed {int(first['seed'])}", 150), fontsize=8,
-                     fontweight="bold")
+        row.suptitle(f"{view.labels[first['variant']]}, seed {int(first['seed'])}", fontsize=9, fontweight="bold")
     fig.suptitle(f"{view.title}\nTop-{k} most uncertain ID test predictions per variant (its first seed); "
                  "red: wrong", fontsize=9)
     fig.savefig(path, dpi=130, bbox_inches="tight")
@@ -131,8 +131,8 @@ def reliability(path: Path, view: ProtocolView) -> None:
     centers, width = (edges[:-1] + edges[1:]) / 2, 1 / ECE_BINS
     cols = min(len(variants), 4)
     rows = -(-len(variants) // cols)
-    fig, axes = plt.subplots(2 * rows, cols, figsize=(3.4 * cols, 4.4 * rows), squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 1] * rows})
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(3.4 * cols, 4.2 * rows + 0.5), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1] * rows}, layout="constrained")
     for i, variant in enumerate(variants):
         top, bottom = axes[2 * (i // cols)][i % cols], axes[2 * (i // cols) + 1][i % cols]
         per_seed = []
@@ -152,8 +152,8 @@ def reliability(path: Path, view: ProtocolView) -> None:
                 edgecolor="crimson", hatch="//", linewidth=0.6, label="gap to the mean confidence")
         top.plot([0, 1], [0, 1], linestyle=":", color="grey")
         ece = runs.loc[runs["variant"] == variant, "id_ece"]
-        top.set_title(f"{textwrap.fill(variant, 40)}\nECE {ece.mean():.3f} ± {ece.std(ddof=1) if len(ece) > 1 else 0:.3f}",
-                      fontsize=8)
+        top.set_title(f"{view.labels[variant]}\nECE {ece.mean():.3f} ± {ece.std(ddof=1) if len(ece) > 1 else 0:.3f}",
+                      fontsize=9)
         top.set_xlim(0, 1), top.set_ylim(0, 1)
         top.set_ylabel("accuracy" if i % cols == 0 else "")
         bottom.bar(centers, share.mean(axis=0), width=width * 0.92, color=colors[variant], alpha=0.75)
@@ -164,8 +164,7 @@ def reliability(path: Path, view: ProtocolView) -> None:
         axes[2 * (j // cols)][j % cols].axis("off"), axes[2 * (j // cols) + 1][j % cols].axis("off")
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"{title}\nreliability: {ECE_BINS} equal-width bins (the ECE's), seeds' mean ± sd; "
-                 "beneath: share of ID test samples per bin", fontsize=9)
-    fig.tight_layout()
+                 "beneath: share of ID test samples per bin", fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
@@ -174,7 +173,7 @@ def risk_coverage(path: Path, view: ProtocolView) -> None:
     over seeds of each seed's RC curve read at a grid of coverages (bench.evaluation.selective)."""
     title, runs, variants, colors, arrays = view.title, view.runs, view.variants, view.colors, view.arrays
     grid = np.linspace(0.05, 1, 96)
-    fig, ax = plt.subplots(figsize=(6, 4.6))
+    fig, ax = plt.subplots(figsize=(8.6, 4.8), layout="constrained")
     for variant in variants:
         curves = []
         for rid in runs.loc[runs["variant"] == variant, "run_id"]:
@@ -184,15 +183,14 @@ def risk_coverage(path: Path, view: ProtocolView) -> None:
         curves = np.array(curves)
         augrc = runs.loc[runs["variant"] == variant, MAX_PROB_AUGRC]
         ax.plot(grid, curves.mean(axis=0), color=colors[variant], linewidth=1.5,
-                label=f"{textwrap.shorten(variant, 60)}: AUGRC {augrc.mean():.4f}")
+                label=f"{view.labels[variant]}: AUGRC {augrc.mean():.4f}")
         if len(curves) > 1:
             ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0), color=colors[variant], alpha=0.12)
     ax.set_yscale("symlog", linthresh=1e-3)  # MNIST-like risks span 0 to a few percent
     ax.set_xlabel("coverage (share of ID test samples accepted)")
     ax.set_ylabel("selective risk (error rate of the accepted)")
     ax.set_title(f"{title}\nrisk-coverage by the max mean probability: mean over seeds, band: min-max", fontsize=9)
-    ax.legend(fontsize=6.5, loc="upper left")
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
@@ -204,7 +202,7 @@ def smooth_reliability(path: Path, view: ProtocolView) -> None:
     title, runs, variants, colors, arrays = view.title, view.runs, view.variants, view.colors, view.arrays
     cols = min(len(variants), 4)
     rows = -(-len(variants) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.3 * rows + 0.5), squeeze=False, layout="constrained")
     state = np.random.get_state()
     np.random.seed(0)  # relplot's bootstrap band draws from numpy's global generator
     for i, variant in enumerate(variants):
@@ -218,7 +216,7 @@ def smooth_reliability(path: Path, view: ProtocolView) -> None:
             relplot.plot_rel_diagram(diagram, fig=fig, ax=ax, color=colors[variant], use_default_style=False,
                                      plot_labels=False)
         smece = runs.loc[runs["variant"] == variant, "smece_one_minus_max_prob"]
-        ax.set_title(f"{textwrap.fill(variant, 40)}\nsmECE {smece.mean():.3f} ± "
+        ax.set_title(f"{view.labels[variant]}\nsmECE {smece.mean():.3f} ± "
                      f"{smece.std(ddof=1) if len(smece) > 1 else 0:.3f}", fontsize=8)
         ax.set_xlabel("confidence (max mean probability)", fontsize=8)
         ax.set_ylabel("accuracy" if i % cols == 0 else "", fontsize=8)
@@ -226,7 +224,6 @@ def smooth_reliability(path: Path, view: ProtocolView) -> None:
     for j in range(len(variants), rows * cols):
         axes[j // cols][j % cols].axis("off")
     fig.suptitle(f"{title}\nsmooth reliability diagrams (relplot; kernel-smoothed, no bins), seeds pooled; "
-                 "band: bootstrap", fontsize=9)
-    fig.tight_layout()
+                 "band: bootstrap", fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 

@@ -2,7 +2,6 @@
 the gallery of every shift."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -12,7 +11,7 @@ import seaborn as sns
 
 from bench.data import ood_sets, shifts
 from bench.data.files import load_images
-from bench.reporting.plotting import ProtocolView, palette
+from bench.reporting.plotting import ProtocolView
 from bench.store import RunStore
 from bench.tables import id_datasets
 from bench.data.shifts import SHIFTS
@@ -35,14 +34,14 @@ def shift_curves(path: Path, view: ProtocolView) -> None:
     rows = [("rotation", "rotation (degrees)"), ("translation", "cyclic translation (pixels)"),
             ("mnist_c", "MNIST-C severity\n(mean over the graded corruptions)")]
     rows = [(family, label) for family, label in rows if (shift["family"] == family).any()]
-    variants = list(dict.fromkeys(shift["variant"]))
-    colors = palette(variants)
+    variants = [v for v in view.variants if v in set(shift["variant"])]  # the folder's order and colours
+    colors, names = view.colors, view.labels
     graded = [n for n, s in SHIFTS.items() if s.family != "mnist_c" or s.unit]
     per_run = (shift[shift["shift"].isin(graded)].groupby(["family", "variant", "run_id", "seed", "level"], sort=False)
                [[m for m, _ in panels]].mean().reset_index())  # MNIST-C: the mean over corruptions
     clean_rows = clean[clean["run_id"].isin(shift["run_id"])].rename(columns=clean_columns())
-    fig, axes = plt.subplots(len(rows), len(panels), figsize=(3.1 * len(panels), 2.7 * len(rows)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(rows), len(panels), figsize=(3.1 * len(panels), 2.7 * len(rows) + 1.0),
+                             squeeze=False, layout="constrained")
     for r, (family, label) in enumerate(rows):
         data = pd.concat([clean_rows.assign(family=family, level=0.0), per_run[per_run["family"] == family]])
         for c, (metric, panel) in enumerate(panels):
@@ -54,17 +53,15 @@ def shift_curves(path: Path, view: ProtocolView) -> None:
             for variant in variants:
                 s = stats[stats["variant"] == variant].sort_values("level")
                 ax.plot(s["level"], s["mean"], "-o", markersize=2.5, linewidth=1.2, color=colors[variant],
-                        label=variant)
+                        label=names[variant])
                 ax.fill_between(s["level"], s["mean"] - s["std"].fillna(0), s["mean"] + s["std"].fillna(0),
                                 color=colors[variant], alpha=0.15, linewidth=0)
             ax.set_title(panel, fontsize=9)
             ax.set_xlabel(label, fontsize=8)
             ax.tick_params(labelsize=7)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, [textwrap.fill(v, 60) for v in labels], loc="lower center", ncol=min(3, len(variants)),
-               fontsize=7, bbox_to_anchor=(0.5, -0.02 - 0.025 * -(-len(variants) // 3)))
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     fig.suptitle(f"{title}\nunder shift: mean ± sd over seeds (band); 0 = the clean test split", fontsize=10)
-    fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
@@ -74,16 +71,17 @@ def shift_heatmaps(path: Path, view: ProtocolView) -> None:
     severity), one panel per metric (mean over seeds)."""
     title, table = view.title, view.shift_levels
     metrics = [("acc", "accuracy", "viridis"), ("ece", "ECE", "magma_r"), ("pred_entropy_bits", "predictive entropy (bits)", "cividis")]
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(3.5 + 0.62 * table["shift"].nunique(),
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(2.5 + 0.62 * table["shift"].nunique(),
                                                        (0.32 * table["variant"].nunique() + 1.2) * len(metrics)),
                              layout="constrained")
     for ax, (metric, name, cmap) in zip(np.atleast_1d(axes), metrics):
         grid = table.pivot_table(index="variant", columns="shift", values=metric, aggfunc="mean", sort=False)
+        grid = grid.reindex([v for v in view.variants if v in grid.index])  # the folder's order
         sns.heatmap(grid, annot=True, fmt=".2f", annot_kws={"fontsize": 6}, cmap=cmap, cbar=False, ax=ax)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("")
         ax.set_ylabel("")
-        ax.set_yticks(np.arange(len(grid)) + 0.5, [textwrap.fill(v, 45) for v in grid.index], fontsize=6.5, rotation=0)
+        ax.set_yticks(np.arange(len(grid)) + 0.5, [view.labels.get(v, v) for v in grid.index], fontsize=7.5, rotation=0)
         ax.tick_params(axis="x", labelsize=7, rotation=60)
     fig.suptitle(f"{title}\nper shift at the table level (MNIST-C's severity; rotation 90°, translation 14 px), "
                  "mean over seeds", fontsize=9)

@@ -59,7 +59,7 @@ def loose_options(method: Method) -> set[str]:
 
 def part_key(config: RunConfig) -> tuple | None:
     """What runs of one method must share to pack together; None for a run that trains alone."""
-    method = config.make_method()
+    method = config.built_method
     if not method.packs_runs():
         return None
     loose = loose_options(method)
@@ -72,7 +72,7 @@ def pack_key(config: RunConfig) -> tuple | None:
     """What runs must share to pack together (None: the run trains alone): runs of methods that mix
     need only the protocol (the architecture and the batch schedule); others, their ``part_key``."""
     key = part_key(config)
-    return ("mixed", config.protocol) if key is not None and mixes(config.make_method()) else key
+    return ("mixed", config.protocol) if key is not None and mixes(config.built_method) else key
 
 
 def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConfig]]:
@@ -90,7 +90,7 @@ def make_packs(configs: list[RunConfig], max_networks: int) -> list[list[RunConf
         group = [config for part in parts.values() for config in part]
         pack, size = [], 0
         for config in group:
-            n = config.make_method().n_networks
+            n = config.built_method.n_networks
             if pack and size + n > max_networks:
                 packs.append(pack)
                 pack, size = [], 0

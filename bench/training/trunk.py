@@ -54,7 +54,7 @@ def trunk_features(protocol: Protocol, seed: int, data: BenchData, out: Path | N
     key = run.run_id
     if key in _TRUNKS:
         return _TRUNKS[key]
-    inner, method = run.protocol, run.make_method()
+    inner, method = run.protocol, run.built_method
     spec = inner.arch_spec.fitted(data.in_features, data.n_classes)
     path = None if out is None else Path(out) / TRUNKS / f"{key}.pt"
     if path is not None and path.is_file():

@@ -61,8 +61,8 @@ def peer_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
 
 def rows_for(method: str, options: dict, seed: int, protocol, data) -> list[dict]:
     config = make_run_config(method, options, protocol, seed, "seed")
-    model = train(config.make_method(), protocol, data.train, data.n_classes, seed, progress=False, val=data.val).model
-    logits = config.make_method().logits(model, data.val.x).numpy()
+    model = train(config.built_method, protocol, data.train, data.n_classes, seed, progress=False, val=data.val).model
+    logits = config.built_method.logits(model, data.val.x).numpy()
     labels = data.val.y.numpy()
     ours = fit_temperature(logits, labels)
     if logits.shape[0] == 1:  # one network: the same definition
@@ -90,7 +90,7 @@ def laplace_rows(seed: int, protocol, data, prior: bool = False) -> list[dict]:
 
     from methods.laplace import loader
     config = make_run_config("laplace", {"members": 3}, protocol, seed, "seed")
-    method = config.make_method()
+    method = config.built_method
     model = train(method, protocol, data.train, data.n_classes, seed, progress=False, val=data.val).model
     values = method.post_fit(model, data.val.x, data.val.y, train=(data.train.x, data.train.y))
     ours = method.predict_proba(model, data.test.x)

@@ -5,6 +5,7 @@ import pytest
 
 from bench.cli.main import main
 from bench.config import make_protocol, make_run_config
+from methods import get_method
 from bench.errors import ConfigError
 from bench.design.grid import expand_grid
 from bench.config import load_preset
@@ -119,3 +120,13 @@ def test_cuda_without_a_gpu_is_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["run", "--out", str(tmp_path), "--device", "cuda"]) == 2
     assert "no CUDA GPU is available" in capsys.readouterr().err
+
+
+def test_a_run_config_holds_its_method_built_once_and_travels_by_name():
+    import pickle
+    config = make_run_config("dare", {"members": 2, "delta": 0.1}, make_protocol({"val_size": 10}), 3)
+    assert config.built_method == get_method("dare")(**config.method_options)  # its validated options
+    assert config.references() is config.references()  # made once: the executor, packs and walks all ask
+    assert set(config.references()) == {"tau_reference"}
+    copy = pickle.loads(pickle.dumps(config))  # as a worker process gets it: rebuilt there from the registered name
+    assert copy == config and copy.run_id == config.run_id and copy.built_method == config.built_method

@@ -75,6 +75,6 @@ def test_delta_on_the_command_line_replaces_a_presets_threshold():
     name, values = load_preset("seed")  # its dare has threshold = 0.3
     configs = expand_grid(name, values, ["dare"], [0], {}, ["dare.delta=0.5"])
     assert configs[0].method_options["delta"] == 0.5 and configs[0].method_options["threshold"] is None
-    assert isinstance(configs[0].make_method(), DARE)
+    assert isinstance(configs[0].built_method, DARE)
 
 

@@ -110,7 +110,7 @@ def test_the_paper_preset_reuses_its_de_mse_rows_as_dares_references():
     assert len(configs) == 60  # 12 plain rows x 5 seeds
     assert sorted(s.method for s in selections) == ["anchor_net"] * 5 + ["mod"] * 5 + ["negcorr"] * 5
     assert len(selections[0].candidates()) == 9 and selections[0].early_break == {"sigma": 10.0}
-    assert {c.make_method().label for c in configs} == {"DE (NLL)", "DE (MSE)", "DARE", "MC dropout", "RDE",
+    assert {c.built_method.label for c in configs} == {"DE (NLL)", "DE (MSE)", "DARE", "MC dropout", "RDE",
                                                         "Single network", "BatchEnsemble", "Packed-Ensembles",
                                                         "MIMO", "MultiSWAG", "Laplace ensemble", "Snapshot ensemble"}
     ids = {c.run_id for c in configs}

@@ -10,7 +10,7 @@ from bench import api
 from bench.cli.main import main
 from bench.errors import ConfigError
 from bench.config import load_preset
-from bench.design.star import Change, Setting, expand_star, parse_vary, preset_settings
+from bench.design.star import Change, expand_star, parse_vary, preset_settings
 from bench.reporting.star_tables import setting_summary, star_table
 
 TINY = ["--methods", "dare", "deep_ensemble", "--seeds", "0", "1", "--epochs", "2", "--val-size", "50",

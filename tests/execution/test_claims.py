@@ -166,9 +166,9 @@ def test_a_committed_record_of_each_schema_is_read(folder, schema, tmp_path):
     store = RunStore(out)
     record = store.load(run_id)
     assert record["status"] == "ok" and isinstance(record["id_acc"], float)
-    runs, summary, _, problems = store.write_tables()
-    assert not problems and list(runs["run_id"]) == [run_id] and summary["n"].tolist() == [1]
-    assert "schema" not in runs and "worker" not in runs  # record-only fields: the tables stay as they were
+    tables = store.write_tables()
+    assert not tables.problems and list(tables.runs["run_id"]) == [run_id] and tables.summary["n"].tolist() == [1]
+    assert "schema" not in tables.runs and "worker" not in tables.runs  # record-only fields: the tables stay as they were
 
 
 def test_a_record_of_a_newer_schema_is_refused_in_one_line(tmp_path, capsys):

@@ -19,7 +19,7 @@ from idx import write_both
 from bench.cli.main import main
 from bench.data.files import check_dataset_files
 from bench.errors import DataError
-from bench.store import _readable_zip
+from bench.store import UnreadableScores, read_arrays
 
 
 def grid(epochs: int) -> list[str]:
@@ -130,21 +130,45 @@ def damage_a_member(path) -> None:
     path.write_bytes(bytes(blob))
 
 
+def readable(path) -> bool:
+    try:
+        read_arrays(path)
+    except UnreadableScores:
+        return False
+    return True
+
+
 def test_the_store_reads_every_member_of_a_scores_file(tmp_path):
     # a stored (uncompressed) member: only its CRC tells that a data byte changed
     plain = tmp_path / "plain.npz"
-    with zipfile.ZipFile(plain, "w") as z:  # uncompressed, as np.savez writes
-        z.writestr("scores.npy", b"\x93NUMPY" + bytes(200))
-    assert _readable_zip(plain)
-    damaged = shutil.copy(plain, tmp_path / "damaged.npz")  # another file: _readable_zip remembers the one that passed
+    np.savez(plain, scores=np.zeros(50, dtype=np.float32))  # uncompressed
+    assert readable(plain)
+    damaged = shutil.copy(plain, tmp_path / "damaged.npz")  # another file: the one that passed is kept
     damage_a_member(damaged)
     with zipfile.ZipFile(damaged) as z:
         assert z.testzip() == "scores.npy"  # the CRC check is what finds it
-    assert not _readable_zip(damaged)
+    assert not readable(damaged)
     compressed = tmp_path / "compressed.npz"
     np.savez_compressed(compressed, scores=np.arange(4096, dtype=np.float32))
     damage_a_member(compressed)
-    assert zipfile.is_zipfile(compressed) and not _readable_zip(compressed)
+    assert zipfile.is_zipfile(compressed) and not readable(compressed)
+
+
+def test_a_scores_file_is_read_once_and_again_when_rewritten(tmp_path, monkeypatch):
+    path = tmp_path / "run.npz"
+    np.savez_compressed(path, scores=np.arange(3, dtype=np.float32))
+    reads = []
+    real_zipfile = zipfile.ZipFile
+    def counted(*args, **kwargs):
+        if kwargs.get("mode", args[1] if len(args) > 1 else "r") == "r":
+            reads.append(args[0])
+        return real_zipfile(*args, **kwargs)
+    monkeypatch.setattr(zipfile, "ZipFile", counted)
+    first, second = read_arrays(path), read_arrays(path)
+    assert second is first and len(reads) == 1
+    assert not first["scores"].flags.writeable  # shared: a reader that writes into it fails loudly
+    np.savez_compressed(path, scores=np.arange(4, dtype=np.float32))
+    assert read_arrays(path)["scores"].tolist() == [0, 1, 2, 3] and len(reads) == 2
 
 
 @pytest.mark.parametrize("damage", ["garbage", "wrong_id", "bad_scores", "damaged_scores", "bad_status"])

@@ -67,7 +67,7 @@ def test_an_option_added_later_keeps_the_ids_of_committed_runs():
 
 def test_post_fit_divides_every_prediction_by_the_fitted_temperature():
     config = make_run_config("deep_ensemble", {"temperature": "fit", "members": 2}, make_protocol({}), 0)
-    method = config.make_method()
+    method = config.built_method
     model = method.build_model(0, [0, 1], ArchSpec.mlp(6, (5,), 3, config.protocol.init))
     x, y = torch.randn(40, 6), torch.randint(0, 3, (40,))
     raw = method.logits(model, x)
@@ -76,7 +76,7 @@ def test_post_fit_divides_every_prediction_by_the_fitted_temperature():
     assert t == getattr(model, FITTED_TEMPERATURE) == pytest.approx(fit_temperature(raw.numpy(), y.numpy()))
     torch.testing.assert_close(method.predict_proba(model, x), (raw / t).softmax(-1))
     assert method.post_fit(model, x, y)[FITTED_TEMPERATURE] == t  # fitted again from the raw logits: the same
-    untouched = make_run_config("deep_ensemble", {"members": 2}, make_protocol({}), 0).make_method()
+    untouched = make_run_config("deep_ensemble", {"members": 2}, make_protocol({}), 0).built_method
     assert untouched.post_fit(model, x, y) == {} and not hasattr(model, FITTED_TEMPERATURE)  # no T carried over
     torch.testing.assert_close(untouched.logits(model, x), raw)
 

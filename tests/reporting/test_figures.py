@@ -125,3 +125,25 @@ def test_a_figure_of_the_cached_predictions_is_kept_not_redrawn_when_a_folder_la
     (folder / f"reliability{FASHION}.png").unlink()  # a figure gone and no predictions: nothing to keep or draw
     assert main(["report", "--out", str(folder)]) == 0
     assert pngs(folder, "reliability") == {f"reliability{MNIST}.png"}
+
+
+def test_figures_name_variants_by_their_label_and_the_options_that_tell_them_apart():
+    import pandas as pd
+    from bench.reporting.plotting import palette, short_labels
+    runs = pd.DataFrame({"variant": ["swag(checkpoint=none, members=1, scale=0.5)", "swag(checkpoint=none, members=3, scale=0.5)",
+                                     "dare(members=3, threshold=0.3)", "dare(members=3, threshold=1.0)",
+                                     "deep_ensemble(members=3, loss=ce)", "deep_ensemble(members=3, loss=ce)"],
+                         "label": ["SWAG", "MultiSWAG", "DARE", "DARE", "DE (NLL)", "DE (NLL)"]})
+    assert short_labels(runs) == {"swag(checkpoint=none, members=1, scale=0.5)": "SWAG",
+                                  "swag(checkpoint=none, members=3, scale=0.5)": "MultiSWAG",
+                                  "dare(members=3, threshold=0.3)": "DARE (threshold=0.3)",
+                                  "dare(members=3, threshold=1.0)": "DARE (threshold=1.0)",
+                                  "deep_ensemble(members=3, loss=ce)": "DE (NLL)"}
+    # two selections of one method over other grids: options cannot tell them apart, so the variants name them
+    walks = pd.DataFrame({"variant": ["mod(members=3; select lam in [0.1])", "mod(members=3; select lam in [1.0])"],
+                          "label": ["MOD", "MOD"]})
+    assert short_labels(walks) == {"mod(members=3; select lam in [0.1])": "MOD (select=lam in [0.1])",
+                                   "mod(members=3; select lam in [1.0])": "MOD (select=lam in [1.0])"}
+    for n in (3, 17, 25):  # never a colour twice in one figure
+        colors = palette([f"v{i}" for i in range(n)])
+        assert len(set(colors.values())) == n

@@ -100,7 +100,7 @@ def test_every_card_names_presets_that_compare_to_it_and_labels_that_those_prese
     labels = set()
     for preset in table.presets:
         assert load_preset(preset)[1]["compare_to"] == name
-        labels |= {item.runs()[0].make_method().label for item in api.plan(preset, out=tmp_path / preset).configs}
+        labels |= {item.runs()[0].built_method.label for item in api.plan(preset, out=tmp_path / preset).configs}
     expected = {table.label(m) for m in set(table.cells["method"]) - set(table.not_run)}
     assert expected <= labels, f"{name}: no preset trains {sorted(expected - labels)}"
 

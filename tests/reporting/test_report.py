@@ -113,3 +113,27 @@ def test_a_dry_run_writes_nothing_and_an_empty_column_is_no_metric(tiny_data, tm
     candidates = summary[summary["candidate_of"].fillna("") != ""]
     (selection,) = [p.stem for p in (out / "records").glob("sel-*.json")]
     assert len(candidates) >= 1 and set(candidates["candidate_of"]) == {selection}
+
+
+def test_a_command_reads_each_predictions_file_once(tiny_data, tmp_path, monkeypatch):
+    import zipfile
+    from bench import store
+    reads: list[str] = []
+    real_zipfile = zipfile.ZipFile
+
+    def counted(*args, **kwargs):
+        if kwargs.get("mode", args[1] if len(args) > 1 else "r") == "r" and str(args[0]).endswith(".npz"):
+            reads.append(str(args[0]))
+        return real_zipfile(*args, **kwargs)
+    monkeypatch.setattr(zipfile, "ZipFile", counted)
+    out = tmp_path / "out"
+    # two methods and two seeds: the paired tables, the bootstrap and the figures all read the scores
+    grid = ["--methods", "deep_ensemble", "single_network", "--seeds", "0", "1", "--val-size", "50", *TINY[4:]]
+    assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *grid]) == 0
+    files = sorted(str(p) for p in (out / "predictions").glob("*.npz"))
+    assert len(files) == 4 and sorted(reads) == files  # written, then read once for the tables and figures
+    for command in (["report", "--out", str(out)], ["paper-table", "--out", str(out), "--published", "ub_lenet5"]):
+        store._ARRAYS.clear()  # a new command in a new process
+        reads.clear()
+        assert main(command) == 0
+        assert sorted(reads) == files, command

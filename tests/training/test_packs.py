@@ -123,7 +123,7 @@ def test_runs_pack_by_method_protocol_and_fixed_options_across_seeds_and_splits(
         [("dare", 0, 2), ("mod", 0, 2), ("mod", 1, 2), ("mod", 0, 3)],
         [("batch_ensemble", 0, 4), ("batch_ensemble", 1, 4)], [("batch_ensemble", 1, 2)]]
     assert [c.method_options["threshold"] for c in packs[0]] == [0.1, 0.3] * 4
-    mixed = packed_method([c.make_method() for c in packs[1]])
+    mixed = packed_method([c.built_method for c in packs[1]])
     assert [(type(m).__name__, a, b) for m, a, b in mixed.parts] == [("DARE", 0, 2), ("MOD", 2, 6), ("MOD", 6, 9)]
     assert mixed.runs == (1, 2, 1)
     assert [len(p) for p in make_packs(configs[:4], max_networks=5)] == [3, 1]  # 1 + 1 + 3 networks, then 3
@@ -301,15 +301,29 @@ def test_a_selections_candidates_train_in_packs_and_the_walk_chooses_as_it_walks
     assert runs.loc[first_two, "pack_runs"].tolist() == [4] * 4 and runs.loc[first_two, "pack_id"].nunique() == 1
 
 
-def test_packable_is_declared_by_a_class_not_inherited():
-    class Coupled(DeepEnsemble):  # a subclass may couple its members: it packs only if it says so
-        pass
+def test_a_capability_is_inherited_until_a_subclass_overrides_a_hook_it_vouches_for():
+    class Relabelled(DeepEnsemble):  # options and labels only: the parent's step, so its capabilities
+        summary = "a deep ensemble under another name"
+
+    class Coupled(DeepEnsemble):  # a new penalty may couple members: it packs only if it says so
+        def penalty(self, model, task_loss, batch):
+            return None
+
+    class Redeclared(Coupled):
+        packable = True
+
+    class Reshuffled(DeepEnsemble):  # a new lr schedule: still capturable (it runs between replays), not packable
+        def lr_factor(self, step, total_steps):
+            return 0.5
 
     # every built-in method but vi, whose weight draws come from torch's generator: its runs train one by one
     assert [name for name, cls in REGISTRY.items() if not cls.packs_runs()] == ["vi"] and len(REGISTRY) >= 15
     snapshots = [make_run_config("snapshot_ensemble", {"members": k}, make_protocol({"val_size": 10}), 0) for k in (3, 5)]
     assert pack_key(snapshots[0]) != pack_key(snapshots[1])  # its members are cycles: a pack shares them
-    assert not Coupled.packs_runs()
+    assert Relabelled.packs_runs() and Relabelled.capturable_steps()
+    assert not Coupled.packs_runs() and not Coupled.capturable_steps()
+    assert Redeclared.packs_runs() and not Redeclared.capturable_steps()
+    assert not Reshuffled.packs_runs() and Reshuffled.capturable_steps()
 
 
 SLOW_PLUGIN = '''
@@ -484,7 +498,7 @@ def test_methods_that_mix_share_packs_by_protocol():
         [("deep_ensemble", "ce", 0), ("deep_ensemble", "ce", 1), ("dare", "ce", 0), ("dare", "ce", 1),
          ("deep_ensemble", "mse", 0), ("deep_ensemble", "mse", 1), ("mod", None, 0), ("mod", None, 1)],
         [("mc_dropout", None, 0), ("mc_dropout", None, 1)], [("deep_ensemble", "ce", 0)]]
-    methods = [c.make_method() for c in packs[0]]
+    methods = [c.built_method for c in packs[0]]
     mixed = packed_method(methods)
     assert [(type(m).__name__, a, b) for m, a, b in mixed.parts] == [
         ("DeepEnsemble", 0, 4), ("DARE", 4, 8), ("DeepEnsemble", 8, 12), ("MOD", 12, 16)]
