@@ -21,6 +21,8 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
                         "server, http://host:5000")
     export.add_argument("--out", default=DEFAULT_REPORT_OUT, help="results folder whose records are exported")
     export.add_argument("--experiment", help="experiment name (default: OUT as given, e.g. results/seed)")
+    export.add_argument("--artifacts", metavar="URI", help="where a new experiment keeps its artifacts (default: the "
+                        "store's choice; for a sqlite store MLflow's ./mlruns under the current folder)")
     return export
 
 
@@ -28,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
     from bench.reporting.mlflow_export import export_folder  # the optional extra: only for this command
     if not (Path(args.out) / "records").is_dir():
         raise BenchError(f"no records in {args.out} (expected {Path(args.out) / 'records'}/<run_id>.json)")
-    export_folder(Path(args.out), args.mlflow, args.experiment)
+    export_folder(Path(args.out), args.mlflow, args.experiment, args.artifacts)
     return 0

@@ -55,16 +55,19 @@ def mlflow_tags(record: dict) -> dict[str, str]:
             "mlflow.runName": f"{record.get('label')} seed {record.get('seed')}"}
 
 
-def export_folder(out: Path, uri: str, experiment: str | None = None, echo: Callable[[str], None] = print) -> Exported:
+def export_folder(out: Path, uri: str, experiment: str | None = None, artifacts: str | None = None,
+                  echo: Callable[[str], None] = print) -> Exported:
     """Every record of ``out`` as an MLflow run in ``uri``'s experiment for the folder (``experiment``,
-    default the folder's path as given); BenchError (one line) for a bad URI or an unreachable server."""
+    default the folder's path as given; ``artifacts``: where a new experiment keeps its artifacts,
+    default the store's choice, for a sqlite store ./mlruns); BenchError (one line) for a bad URI or an
+    unreachable server."""
     client = _client(uri)
     name = experiment or Path(out).as_posix()
     records = [json.loads(p.read_text()) for p in sorted((Path(out) / "records").glob("*.json"))]
     if not records:
         raise BenchError(f"no records in {out} (expected {Path(out) / 'records'}/<run_id>.json)")
     with _one_line(uri):
-        experiment_id = _experiment(client, name)
+        experiment_id = _experiment(client, name, artifacts)
         have = _exported(client, experiment_id)
         new = [r for r in records if r["run_id"] not in have]
         for record in new:
@@ -111,9 +114,9 @@ def _exported(client, experiment_id: str) -> set[str]:
             return have
 
 
-def _experiment(client, name: str) -> str:
+def _experiment(client, name: str, artifacts: str | None) -> str:
     found = client.get_experiment_by_name(name)
-    return found.experiment_id if found is not None else client.create_experiment(name)
+    return found.experiment_id if found is not None else client.create_experiment(name, artifact_location=artifacts)
 
 
 def _client(uri: str):

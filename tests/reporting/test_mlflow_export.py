@@ -11,12 +11,15 @@ GRID = ["--methods", "deep_ensemble", "--seeds", "0", "1", "--epochs", "1", "--e
         "-o", "members=2", "--val-size", "50", "--no-download", "-q", "--no-plots"]
 
 
-def test_export_logs_each_run_once_with_its_params_metrics_tags_and_record(tiny_data, tmp_path, capsys):
+def test_export_logs_each_run_once_with_its_params_metrics_tags_and_record(tiny_data, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the store's default artifact root is ./mlruns: never the repository's
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID]) == 0
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["export", "--mlflow", uri, "--out", str(out), "--experiment", "tiny"]) == 0
+    artifacts = (tmp_path / "artifacts").as_uri()
+    assert main(["export", "--mlflow", uri, "--out", str(out), "--experiment", "tiny", "--artifacts", artifacts]) == 0
     assert "exported 2 of 2 records" in capsys.readouterr().out
+    assert (tmp_path / "artifacts").is_dir()
     client = mlflow.MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("tiny")
     runs = client.search_runs([experiment.experiment_id])
@@ -41,7 +44,8 @@ def test_export_logs_each_run_once_with_its_params_metrics_tags_and_record(tiny_
 
 @pytest.mark.parametrize("uri, says", [("not-a-uri", "is not a tracking URI"),
                                        ("http://127.0.0.1:9", "MLflow at http://127.0.0.1:9")])
-def test_a_bad_uri_or_an_unreachable_server_is_one_line(tiny_data, tmp_path, capsys, uri, says):
+def test_a_bad_uri_or_an_unreachable_server_is_one_line(tiny_data, tmp_path, capsys, monkeypatch, uri, says):
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), *GRID[:4], *GRID[5:]]) == 0
     capsys.readouterr()
