@@ -16,6 +16,7 @@ Each command of ``python -m bench`` is a call or two here (bench.cli adds its fl
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -31,6 +32,7 @@ from bench.config import (N_CLASSES, Execution, available_presets, load_preset, 
                           make_run_config, overridden, protocol_help)
 from bench.data import ood_sets as ood_suite, shifts as shift_suite
 from bench.data.files import load_images, resolve_data_dir
+from bench.data.image_cache import resolve_cache_dir
 from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid
 from bench.design.star import (DESIGN_FILE, SCORE_KNOB, expand_star, parse_vary, preset_settings, read_design,
                                write_design)
@@ -145,7 +147,8 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         grid = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
                         progress=progress, force=force)
     except BaseException:  # Ctrl-C, a failed cluster job: the tables still show every finished run
-        p.store.write_tables()
+        with contextlib.suppress(OSError):  # on a full disk the tables wait for the next command
+            p.store.write_tables()
         raise
     wall = time.perf_counter() - started
     tables = p.store.write_tables()
@@ -278,12 +281,14 @@ def summary(out: str | Path) -> pd.DataFrame:
 
 def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str = "suite", shifts: str = "all",
              shift_seed: int = 0, candidates: bool = False, download: bool = True, progress: bool = True,
-             device: str = "cpu", threads: int | None = None, plots: bool = False, echo=print):
+             device: str = "cpu", threads: int | None = None, plots: bool = False, echo=print,
+             cache_dir: str | Path | None = None):
     """Score the runs of ``out`` again from their stored weights, exactly like ``python -m bench
     evaluate`` (bench.execution.rescoring): ``ood_sets`` 'suite', 'none' or comma-separated names; ``shifts``
     'all', 'none', a family or names. ``threads``: torch threads (default: each run's own, which
-    exact reproduction needs). Rewrites the records and the folder's tables (``plots``: and its
-    report). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
+    exact reproduction needs). ``cache_dir``: where the shift suite's levels are kept (default
+    $DARE_BENCH_CACHE, else ~/.cache/dare-bench; 'none': off). Rewrites the records and the folder's
+    tables (``plots``: and its report). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
     names = shift_suite.parse_shifts(shifts)
     store = RunStore.existing(Path(out))
     records, _ = store.scan(scores=False)  # a run whose scores are damaged is scored, so its dataset counts
@@ -291,7 +296,7 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     make_execution({"device": device}).torch_device()  # one line if cuda is asked for and absent
     data = resolve_data_dir(data_dir)
     done = rescore_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
-                          threads)
+                          threads, resolve_cache_dir(None if cache_dir is None else str(cache_dir)))
     tables = store.write_tables()
     if plots:
         from bench.reporting.figures import write_shift_gallery  # matplotlib: only when a figure is drawn

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -29,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.fileio import atomic_write
 from bench.evaluation.selective import METRICS as METRIC_NAMES, selective_table, with_selective
 from bench.evaluation.columns import ood_table
 from bench.provenance import version
@@ -58,7 +57,7 @@ def write_csv(frame: pd.DataFrame, path: Path, **kwargs) -> None:
     """A table as CSV at the fixed precision (FLOAT_FORMAT), without the index, written atomically:
     workers sharing a folder rebuild its tables together."""
     text = frame.to_csv(index=False, float_format=FLOAT_FORMAT, **kwargs)
-    _atomic_write(Path(path), lambda f: f.write(text.encode()))
+    atomic_write(Path(path), lambda f: f.write(text.encode()))
 
 
 def at_csv_precision(frame: pd.DataFrame, columns) -> pd.DataFrame:
@@ -84,25 +83,6 @@ def append_csv(frame: pd.DataFrame, path: Path) -> None:
     except FileExistsError:
         with open(path, "a") as f:
             frame.to_csv(f, index=False, float_format=FLOAT_FORMAT, header=False)
-
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)  # read once, at import (single-threaded): the mode a plain open() would give a new file
-
-
-def _atomic_write(path: Path, write) -> None:
-    """write(file) into a temp file beside ``path``, fsync, then rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the file from the others sharing a folder
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # Each predictions file is read once per process: the check that a record's scores are readable reads
@@ -175,9 +155,9 @@ class RunStore:
         run_id = record["run_id"]
         record["schema"] = RECORD_SCHEMA
         if arrays is not None:  # scores first: a record written with its scores never points at missing ones
-            _atomic_write(self.predictions_path(run_id), lambda f: np.savez_compressed(f, **arrays))
+            atomic_write(self.predictions_path(run_id), lambda f: np.savez_compressed(f, **arrays))
         blob = json.dumps(record, indent=1).encode()
-        _atomic_write(self.record_path(run_id), lambda f: f.write(blob))
+        atomic_write(self.record_path(run_id), lambda f: f.write(blob))
 
     def add_weights(self, run_id: str, state: dict) -> None:
         """OUT/weights/<run_id>.pt: a run's kept weights (torch.save of its model's state_dict), so
@@ -185,7 +165,7 @@ class RunStore:
         import torch
         folder = self.out / "weights"
         folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / f"{run_id}.pt", lambda f: torch.save(state, f))
+        atomic_write(folder / f"{run_id}.pt", lambda f: torch.save(state, f))
 
     def load(self, run_id: str, scores: bool = True) -> dict:
         """The record of a finished run; raises FileNotFoundError or CorruptRecord(reason). A finished
@@ -282,7 +262,7 @@ class RunStore:
         folder = self.out / "selections"
         folder.mkdir(exist_ok=True)
         blob = json.dumps({"selection": selection_id, "candidates": candidate_ids}).encode()
-        _atomic_write(folder / f"{selection_id}.json", lambda f: f.write(blob))
+        atomic_write(folder / f"{selection_id}.json", lambda f: f.write(blob))
 
     def candidates(self, records: list[dict]) -> dict[str, list[str]]:
         """run id -> the selections it is a candidate of: from the manifests in OUT/selections and

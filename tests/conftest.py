@@ -30,6 +30,14 @@ def threads_shared_among_workers():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def image_cache_of_the_session(tmp_path_factory):
+    """The shift suite's disk cache in a folder of the test session, never the user's ~/.cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DARE_BENCH_CACHE", str(tmp_path_factory.mktemp("image-cache")))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def matmul_peak_measured_once():
     """A grid that trains first measures the machine's matmul peak, about a second of CPU time; the suite's
     hundred grids share one measurement, as the grids of one process on one machine may."""

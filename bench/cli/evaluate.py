@@ -30,6 +30,11 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
     evaluate.add_argument("--shifts", default="all", metavar="all|none|FAMILY|NAME[,...]",
                           help="shifts of the ID test split to score at every level: all, none, a family "
                           "(rotation, translation, mnist_c) or names (`python -m bench list` shows them)")
+    evaluate.add_argument("--cache-dir", metavar="DIR|none",
+                          help="where the shift suite's generated levels are kept, so that the next evaluate reads "
+                          "them instead of drawing them again (keyed by the test images, shift, level, seed and "
+                          "library versions; checked on reading; safe to delete); default $DARE_BENCH_CACHE, else "
+                          "~/.cache/dare-bench; none: draw every level every time")
     evaluate.add_argument("--shift-seed", default="0", metavar="S", help="seed of the random corruptions")
     evaluate.add_argument("--candidates", action="store_true",
                           help="also score selection candidates that no selection chose (default: skip them)")
@@ -47,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     seed = parse_count(args.shift_seed, "--shift-seed", 0)
     threads = parse_count(args.threads, "--threads", 1) if args.threads else None
     done = api.evaluate(args.out, args.data_dir, args.ood_sets, args.shifts, seed, args.candidates,
-                        not args.no_download, not args.quiet, args.device, threads, plots=not args.no_plots)
+                        not args.no_download, not args.quiet, args.device, threads, plots=not args.no_plots,
+                        cache_dir=args.cache_dir)
     for line in done.differing:
         print(f"warning: re-scored metrics differ from the record: {line}", file=sys.stderr)
     for name, why in done.skipped.items():

@@ -24,6 +24,7 @@ from bench.data import ood_sets, shifts
 from bench import provenance
 from bench.config import make_protocol, make_run_config
 from bench.data.files import load_images
+from bench.data.image_cache import ImageCache
 from bench.data.loaders import BenchData, OodUnavailable, load_benchmark_data, ood_images, prepared_split
 from bench.training.trunk import featurized
 from bench.errors import BenchError, ConfigError, DataError
@@ -159,25 +160,28 @@ class Rescoring:
     threads: int | None  # torch threads; None: each run's own
     progress: bool
     ood: list[str]
+    cache: ImageCache  # the shift suite's levels, drawn once and read back (bench.data.image_cache)
     loaded: dict[tuple[str, str], tuple | None] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def rescore_folder(out: Path, data_dir: Path, ood: list[str], shift_names: list[str], shift_seed: int = 0,
                    candidates: bool = False, download: bool = True, progress: bool = True,
-                   device: str = "cpu", echo=print, threads: int | None = None) -> Evaluated:
+                   device: str = "cpu", echo=print, threads: int | None = None,
+                   cache_dir: Path | None = None) -> Evaluated:
     """Score every stored run of ``out`` again (see the module docstring); rewrites its records and
     cached predictions: once the OOD sets are scored, and again after the shift suite. Sets and
     shift levels scored by an earlier call are kept (OOD sets are scored again with them, so the
     cached predictions stay complete). ``threads``: torch threads; default each run's own (its
-    record's ``threads``: the kernels, so the floats, can depend on it). The tables and plots are
+    record's ``threads``: the kernels, so the floats, can depend on it). ``cache_dir``: where the
+    shift suite's levels are kept between calls (None: drawn every time). The tables and plots are
     rendered by the caller (``bench report``'s way)."""
     if not isinstance(shift_seed, int) or isinstance(shift_seed, bool) or shift_seed < 0:
         raise ConfigError(f"shift seed {shift_seed!r}: expected an integer >= 0")
     for name in shift_names:
         shifts.get_shift(name)
     context = Rescoring(RunStore.existing(Path(out)), Path(data_dir), download, torch.device(device), threads,
-                        progress, ood)
+                        progress, ood, ImageCache(cache_dir, lambda line: echo(f"warning: {line}")))
     runs, not_scored = _loaded_runs(context, out, candidates, echo)
     differing, scored_sets = [], []
     evaluated_at = now()  # in every record written
@@ -288,7 +292,7 @@ def _score_shifts(context: Rescoring, runs: list[StoredRun], levels: list[tuple[
                 continue
             if dataset not in generated:
                 images, labels = shifts.shifted_set(run.data.test_images.numpy(), run.data.test.y.numpy(), name,
-                                                    level, shift_seed)
+                                                    level, shift_seed, context.cache)
                 if dataset not in dead:
                     dead[dataset] = load_images(context.data_dir, dataset, True,
                                                 context.download)[0].amax(dim=0).numpy() == 0

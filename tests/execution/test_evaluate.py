@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from bench.cli.main import main
+from bench.data import shifts
 
 GRID = ["--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "16", "--early-stop-acc", "none",
         "--lr", "0.005", "--no-download", "--no-plots", "-q", "-o", "members=2", "-o", "mc_dropout.passes=3",
@@ -74,18 +75,27 @@ def test_evaluate_reproduces_stored_metrics_exactly_and_adds_sets_and_shifts(sto
     assert "auroc_pred_entropy_vs_inverted" in runs and not any(c.startswith("shift") for c in runs)
 
 
-def test_evaluate_twice_gives_the_same_records(stored, tiny_data, tmp_path):
-    out = tmp_path / "out"
+def test_evaluate_twice_gives_the_same_records_the_second_time_from_the_shift_cache(stored, tiny_data, tmp_path,
+                                                                                     monkeypatch):
+    out, cache = tmp_path / "out", tmp_path / "cache"
     shutil.copytree(stored, out)
     args = ["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--no-download", "-q", "--no-plots",
             "--ood-sets", "uniform_noise", "--shifts", "fog"]
-    assert main(args) == 0
-    first = _records(out)
-    assert main(args) == 0
-    for run_id, record in _records(out).items():
-        for key in ("evaluation", "finished_at"):
-            record.pop(key, None), first[run_id].pop(key, None)
-        assert record == first[run_id]
+
+    def records():
+        found = _records(out)
+        for record in found.values():
+            record.pop("evaluation", None), record.pop("finished_at", None)
+        return found
+    assert main([*args, "--cache-dir", str(cache)]) == 0
+    first = records()
+    assert len(list(cache.glob("shift-fog-*.npz"))) == 5  # one entry per level, shared by every run
+    with monkeypatch.context() as patch:  # the second call draws nothing
+        patch.setattr(shifts, "_plasma_fractal", lambda *a, **k: pytest.fail("fog drawn again"))
+        assert main([*args, "--cache-dir", str(cache)]) == 0
+    assert records() == first
+    assert main([*args, "--cache-dir", "none"]) == 0  # drawn afresh: the same
+    assert records() == first
 
 
 def test_a_run_without_weights_is_named_in_one_line(stored, tiny_data, tmp_path, capsys):
