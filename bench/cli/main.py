@@ -67,14 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"dare-bench: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly (before OSError, its base)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as exc:
         if exc.errno not in FIXABLE:
             raise
         print(f"dare-bench: error: {os_error_line(exc, getattr(args, 'out', None))}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
 
 
 def os_error_line(exc: OSError, out: str | None) -> str:

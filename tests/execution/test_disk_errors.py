@@ -4,6 +4,9 @@ same command goes on from there. The failure is made by making the store's write
 import errno
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +107,10 @@ def test_an_os_error_a_user_cannot_fix_keeps_its_traceback(tiny_data, tmp_path, 
         failing_after(patch, 0, errno.EIO)
         with pytest.raises(OSError, match="Input/output error"):
             main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path / "out"), "--seeds", "0", *TINY])
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly():
+    """A closed pipe is an OSError too, but no error of the user's: `bench list | head -1` prints no traceback."""
+    shell = subprocess.run(f"{sys.executable} -m bench list | head -1", shell=True, capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert shell.stdout.count("\n") == 1 and shell.stderr == ""
