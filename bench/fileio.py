@@ -1,11 +1,21 @@
 """Writing a file so that a reader never sees half of it: into a temporary file beside it, then a
 rename over it (atomic on one filesystem). A write that fails (a full disk, a folder made read-only)
-leaves the old file, or none, and no temporary file."""
+leaves the old file, or none, and no temporary file. Reading an .npz archive so that a damaged one
+is noticed at once: every member read in full, so that zip's CRC-32 checks every byte."""
 from __future__ import annotations
 
+import io
 import os
 import tempfile
+import zipfile
+import zlib
 from pathlib import Path
+
+import numpy as np
+
+# what read_npz raises for an archive that is not whole: not a zip, a directory, a torn directory, a
+# damaged deflate stream, a bad CRC, a bad .npy header, an unknown compression
+NPZ_DAMAGE = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError)
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once, at import (single-threaded): the mode a plain open() would give a new file
@@ -29,3 +39,11 @@ def atomic_write(path: Path, write, durable: bool = True) -> None:
         if isinstance(exc, OSError) and exc.filename is None:  # a failed write() names no file: name it
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz archive, each member read in full (np.load alone opens an archive with a
+    damaged member and fails only when that member is read); one of NPZ_DAMAGE if it is not whole."""
+    with zipfile.ZipFile(path) as archive:
+        return {name.removesuffix(".npy"): np.lib.format.read_array(io.BytesIO(archive.read(name)))
+                for name in archive.namelist()}

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import io
 import json
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.fileio import atomic_write
+from bench.fileio import NPZ_DAMAGE, atomic_write, read_npz
 from bench.evaluation.selective import METRICS as METRIC_NAMES, selective_table, with_selective
 from bench.evaluation.columns import ood_table
 from bench.provenance import version
@@ -99,20 +97,17 @@ class UnreadableScores(ValueError):
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
     """The arrays of a predictions file (an .npz archive), every member read in full so that its CRC is
-    checked (np.load alone opens an archive with a damaged member and fails only when that member is
-    read, in the middle of a report); UnreadableScores if it is not a whole, readable archive."""
+    checked (bench.fileio.read_npz: not in the middle of a report); UnreadableScores if it is not a
+    whole, readable archive."""
     stat = path.stat()  # FileNotFoundError: no cache (a folder copied without predictions/)
     try:
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
         if key in _ARRAYS:
             return _ARRAYS[key]
-        with zipfile.ZipFile(path) as archive:
-            arrays = {name.removesuffix(".npy"): np.lib.format.read_array(io.BytesIO(archive.read(name)))
-                      for name in archive.namelist()}
+        arrays = read_npz(path)
         for array in arrays.values():
             array.flags.writeable = False  # shared by every reader in this process
-    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        # not a zip, a directory, a torn directory, a damaged deflate stream, a bad CRC, a bad .npy header
+    except NPZ_DAMAGE as exc:
         raise UnreadableScores(f"{type(exc).__name__}: {exc}") from None
     _ARRAYS[key] = arrays
     while len(_ARRAYS) > 1 and sum(a.nbytes for v in _ARRAYS.values() for a in v.values()) > _CACHE_BYTES:

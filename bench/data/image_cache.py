@@ -35,13 +35,11 @@ from typing import Callable
 import numpy as np
 
 from bench.errors import ConfigError
-from bench.fileio import atomic_write
+from bench.fileio import NPZ_DAMAGE, atomic_write, read_npz
 
 CACHE_ENV = "DARE_BENCH_CACHE"
 OFF = "none"
 _LIBRARIES = ("numpy", "scipy", "scikit-image")
-# what a damaged or foreign entry raises on reading
-_UNREADABLE = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
 def resolve_cache_dir(flag: str | None) -> Path | None:
@@ -123,11 +121,11 @@ def _zipped(arrays: dict[str, np.ndarray]) -> bytes:
 def _read(path: Path, text: str) -> np.ndarray | None:
     """The entry's images, or None when it cannot be read, fails its CRC or holds another key."""
     try:
-        with np.load(path, allow_pickle=False) as entry:
-            if str(entry["key"]) != text:
-                return None
-            return entry["images"].astype(str(entry["dtype"]), copy=False)
-    except _UNREADABLE:
+        entry = read_npz(path)
+        if str(entry["key"]) != text:
+            return None
+        return entry["images"].astype(str(entry["dtype"]), copy=False)
+    except (*NPZ_DAMAGE, KeyError):  # KeyError: a member missing
         return None
 
 
