@@ -38,20 +38,6 @@ def image_cache_of_the_session(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def figures_drawn_at_low_resolution():
-    """The tests check that figures are drawn, named, kept and linked, not their pixels: at 40 dpi instead of
-    the reports' 120-130 a figure is drawn about a quarter faster, and the suite draws hundreds."""
-    import matplotlib.figure
-    savefig = matplotlib.figure.Figure.savefig
-
-    def at_40_dpi(self, *args, **kwargs):
-        return savefig(self, *args, **{**kwargs, "dpi": 40})
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(matplotlib.figure.Figure, "savefig", at_40_dpi)
-        yield
-
-
-@pytest.fixture(scope="session", autouse=True)
 def matmul_peak_measured_once():
     """A grid that trains first measures the machine's matmul peak, about a second of CPU time; the suite's
     hundred grids share one measurement, as the grids of one process on one machine may."""
