@@ -139,6 +139,12 @@ class Execution:
                                   "for its type (with several jobs, split so that every worker gets a pack). Packing "
                                   "changes speed; results move only at the level of float rounding (docs/usage.md)")
 
+    snapshot_every: float = option(300.0, parse_float, "a number of seconds >= 0", check=lambda v: v >= 0,
+                                   help="keep a pack's training state in OUT/partial/<pack_id>.pt at the end of an "
+                                   "epoch once this many seconds have passed since the last time, so that a pack cut "
+                                   "short (a killed job, a session's end) goes on from there when the same command "
+                                   "runs again (0: never kept; a kept one is still resumed from)")
+
     step: str = choice("auto", STEP_MODES,
                        help="how a training step runs: eager (each kernel launched from Python); graph (captured "
                        "once in a CUDA graph and replayed; a GPU and a method whose step can be captured, "

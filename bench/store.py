@@ -145,6 +145,11 @@ class RunStore:
     def predictions_path(self, run_id: str) -> Path:
         return self.predictions / f"{run_id}.npz"
 
+    def snapshot_path(self, pack_id: str) -> Path:
+        """OUT/partial/<pack_id>.pt: an unfinished pack's training state (bench.training.resume), gone
+        once its records are stored. Not committed."""
+        return self.out / "partial" / f"{pack_id}.pt"
+
     def add(self, record: dict, arrays: dict[str, np.ndarray] | None) -> None:
         self.ensure()
         run_id = record["run_id"]

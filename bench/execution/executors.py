@@ -26,8 +26,9 @@ from bench.training.trunk import featurized
 from bench.errors import BenchError, ConfigError
 from bench.options import option, parse_float, parse_int, parse_str, validate
 from bench.training.packs import make_packs, pack_limit
+from bench.training.resume import TrainingSnapshot
 from bench.execution.claims import DEFAULT_TIMEOUT, Claim, Claims, RunsToDo
-from bench.execution.runner import now, run_line, run_pack
+from bench.execution.runner import now, pack_id, run_line, run_pack
 from bench.store import CorruptRecord, RunStore
 from methods import load_plugin, plugin_files
 from bench.design.grid import GridItem
@@ -62,11 +63,13 @@ def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, executio
         data = [featurized(c.protocol, c.seed, load_benchmark_data(c.protocol, data_dir, download, c.seed), out_dir,
                            execution.torch_device(), progress) for c in mine]
         save = store.add_weights if execution.save_weights else None
+        snapshot = TrainingSnapshot(store.snapshot_path(pack_id(mine)), pack_id(mine), execution.snapshot_every)
         for record, arrays in run_pack(mine, data, progress=progress, execution=execution, references=references,
-                                       save_weights=save):
+                                       save_weights=save, snapshot=snapshot):
             store.add(record, arrays)
             claims.release(record["run_id"])
             records.append(record)
+        snapshot.discard()  # every record is stored: nothing is left to resume
     return records
 
 

@@ -17,6 +17,7 @@ from bench.evaluation.contract import InvalidPredictions, check_own_scores, chec
 from bench.evaluation.columns import ood_column, score_key
 from bench.training.packs import packed_method
 from bench.training.loop import Diverged, train, train_pack
+from bench.training.resume import TrainingSnapshot
 from bench.evaluation.scores import DEFAULT_SCORE
 from methods.base import ReferenceFailed
 
@@ -25,7 +26,7 @@ TOP_K_IMAGES = 5  # the seed's "top-5 most uncertain test images"
 
 def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progress: bool = True,
              execution: Execution = Execution(), references: list[dict[str, dict]] | None = None,
-             save_weights=None) -> list[tuple[dict, dict | None]]:
+             save_weights=None, snapshot: TrainingSnapshot | None = None) -> list[tuple[dict, dict | None]]:
     """Train a pack of runs (``bench.training.packs``: one protocol; one run alone is a pack of one) as one
     stacked computation, then evaluate each. ``data``: the runs' data, one BenchData for all or one
     per run (seeds with their own splits). ``references[i]`` are the finished
@@ -34,15 +35,16 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
     'error': the method raised, its predictions broke the contract, or a reference is unusable).
     A failure is contained: the record says why in one line (``error``) and keeps the traceback;
     the other runs and the grid go on. ``save_weights(run_id, state_dict)``, if given, keeps the
-    kept weights of every run that finished ok."""
+    kept weights of every run that finished ok. ``snapshot`` (``pack_id`` names it): where the
+    pack's training state is kept every few minutes and resumed from; its caller discards it once
+    the records are stored."""
     device = execution.torch_device()
     if execution.threads:
         torch.set_num_threads(execution.threads)
     references = references or [{} for _ in configs]
     datas = data if isinstance(data, list) else [data] * len(configs)
     networks = [c.built_method.n_networks for c in configs]
-    pack = {"pack_id": hashlib.sha1(" ".join(c.run_id for c in configs).encode()).hexdigest()[:12],
-            "pack_runs": len(configs), "pack_networks": sum(networks)}
+    pack = {"pack_id": pack_id(configs), "pack_runs": len(configs), "pack_networks": sum(networks)}
     records = [_base_record(c, d, execution, device, pack) for c, d in zip(configs, datas)]
     out: list[tuple[dict, dict | None] | None] = [None] * len(configs)
     bound = []  # (index, method bound to its references)
@@ -58,7 +60,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
             out[i] = _failed(records[i], "binding its references", exc)
     if bound:
         try:
-            results = _train(configs, bound, datas, progress, execution, device)
+            results = _train(configs, bound, datas, progress, execution, device, snapshot)
         except Exception as exc:  # noqa: BLE001
             results = [exc] * len(bound)
         for (i, method), result in zip(bound, results):
@@ -68,10 +70,17 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
             elif isinstance(result, Exception):
                 out[i] = _failed(records[i], "training", result)
             else:
+                if result.resumed_epoch:  # went on from a snapshot kept after this epoch (bench.training.resume)
+                    records[i]["resumed_epoch"] = result.resumed_epoch
                 out[i] = _score_run(configs[i], method, result, datas[i], device, records[i])
                 if save_weights is not None and out[i][0]["status"] == "ok":
                     save_weights(configs[i].run_id, {k: v.cpu() for k, v in result.model.state_dict().items()})
     return out
+
+
+def pack_id(configs: list[RunConfig]) -> str:
+    """A pack's name: its runs (each run id a hash of the run's whole config), in their order."""
+    return hashlib.sha1(" ".join(c.run_id for c in configs).encode()).hexdigest()[:12]
 
 
 def _base_record(config: RunConfig, data: BenchData, execution: Execution, device, pack: dict) -> dict:
@@ -85,14 +94,14 @@ def _base_record(config: RunConfig, data: BenchData, execution: Execution, devic
 
 
 def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progress: bool, execution: Execution,
-           device) -> list:
+           device, snapshot: TrainingSnapshot | None) -> list:
     """The bound runs' TrainResults (or Diverged): one run through ``train``, several through ``train_pack``."""
     first, data = configs[bound[0][0]], datas[bound[0][0]]
     if len(bound) == 1:
         try:
             return [train(bound[0][1], first.protocol, data.train, data.n_classes, first.seed, progress=progress,
                           label=f"{first.variant} seed {first.seed}", device=device,
-                          vectorize=execution.vectorize, val=data.val, step=execution.step)]
+                          vectorize=execution.vectorize, val=data.val, step=execution.step, snapshot=snapshot)]
         except Diverged as exc:
             return [exc]
     methods = [method for _, method in bound]
@@ -101,7 +110,7 @@ def _train(configs: list[RunConfig], bound: list, datas: list[BenchData], progre
                       first.protocol, [datas[i].train for i, _ in bound], data.n_classes, progress=progress,
                       label=f"pack of {len(bound)} {'/'.join(dict.fromkeys(configs[i].method for i, _ in bound))} runs "
                       f"({networks} networks)", device=device,
-                      val=[datas[i].val for i, _ in bound], step=execution.step)
+                      val=[datas[i].val for i, _ in bound], step=execution.step, snapshot=snapshot)
 
 
 def _failed(record: dict, stage: str, exc: BaseException) -> tuple[dict, None]:

@@ -28,6 +28,7 @@ from bench.seeding import member_generator
 from bench.training.graphs import CapturedSteps, capture_wanted
 from bench.training.members import Members, member_abs_mean
 from bench.training.precision import matmul_precision, step_autocast
+from bench.training.resume import TrainingSnapshot
 from bench.training.sources import PackData
 from methods.base import Batch, Method, forward_in_chunks
 
@@ -64,11 +65,13 @@ class TrainResult:
     seconds: float = 0.0
     nonfinite_epochs: list[int] = dataclasses.field(default_factory=list)  # per member; 0: stayed finite
     step: str = "eager"          # how its steps ran: eager, graph, or eager after a failed capture (why)
+    resumed_epoch: int = 0       # the kept epoch its training went on from (bench.training.resume); 0: none
 
 
 def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed: int,
           progress: bool = True, label: str = "", device: torch.device | str = "cpu",
-          vectorize: bool = True, val: Split | None = None, step: str = "auto") -> TrainResult:
+          vectorize: bool = True, val: Split | None = None, step: str = "auto",
+          snapshot: TrainingSnapshot | None = None) -> TrainResult:
     """Train all members of ``method`` on ``data``; ``val`` is the validation split that the
     per-epoch validation loss and the checkpoint rule use (without one, nothing is checkpointed:
     that a checkpoint rule has a validation split is ``Method.check_protocol``'s to check).
@@ -80,6 +83,9 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
 
     ``step``: auto or graph replay a capturable method's steps from CUDA graphs on a GPU; eager
     never does (bench.training.graphs). The arithmetic is the same.
+
+    ``snapshot``: where the training state is kept every few minutes and resumed from
+    (bench.training.resume); members trained one after another keep none.
     """
     start = time.perf_counter()
     device = torch.device(device)
@@ -89,17 +95,19 @@ def train(method: Method, protocol: Protocol, data: Split, n_classes: int, seed:
     groups = [all_members] if together else [[m] for m in all_members]
     pack_data = PackData.of([data], [val], [method.n_networks], device)  # one split: shared by any members
     parts = [_train_members([PackRun(method, seed, ids)], method, protocol, pack_data, n_classes, device,
-                            progress, label if len(groups) == 1 else f"{label} member {ids[0]}", step)[0]
+                            progress, label if len(groups) == 1 else f"{label} member {ids[0]}", step,
+                            snapshot if len(groups) == 1 else None)[0]
              for ids in groups]
     for part in parts:
         if isinstance(part, Diverged):
             raise part
     model = parts[0].model if len(groups) == 1 else StackedNetwork.stack([p.model for p in parts])
     history = sorted((h for p in parts for h in p.history), key=lambda h: (h["epoch"], h["member"]))
+    before = snapshot.seconds_before if snapshot is not None else 0.0
     return TrainResult(model, [e for p in parts for e in p.epochs_run], history,
                        [e for p in parts for e in p.kept_epochs], [v for p in parts for v in p.val_loss],
-                       [v for p in parts for v in p.param_abs_mean], time.perf_counter() - start,
-                       [e for p in parts for e in p.nonfinite_epochs], parts[0].step)
+                       [v for p in parts for v in p.param_abs_mean], before + time.perf_counter() - start,
+                       [e for p in parts for e in p.nonfinite_epochs], parts[0].step, parts[0].resumed_epoch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +120,8 @@ class PackRun:
 
 def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protocol, data: Split | list[Split],
                n_classes: int, progress: bool = True, label: str = "", device: torch.device | str = "cpu",
-               val: Split | list[Split | None] | None = None, step: str = "auto") -> list[TrainResult | Diverged]:
+               val: Split | list[Split | None] | None = None, step: str = "auto",
+               snapshot: TrainingSnapshot | None = None) -> list[TrainResult | Diverged]:
     """Train several runs (method, seed) of one protocol as one stacked computation: every network
     (run x member) on the member axis, each with its own init and data-order streams, optimiser
     state, early stop, checkpoint and non-finite handling, so each run's result equals its result
@@ -128,8 +137,8 @@ def train_pack(runs: list[tuple[Method, int]], packed: Method, protocol: Protoco
     trains = data if isinstance(data, list) else [data] * len(pack)
     vals = val if isinstance(val, list) else [val] * len(pack)
     pack_data = PackData.of(trains, vals, [len(run.member_ids) for run in pack], device)
-    results = _train_members(pack, packed, protocol, pack_data, n_classes, device, progress, label, step)
-    seconds = time.perf_counter() - start
+    results = _train_members(pack, packed, protocol, pack_data, n_classes, device, progress, label, step, snapshot)
+    seconds = time.perf_counter() - start + (snapshot.seconds_before if snapshot is not None else 0.0)
     work = [sum(r.epochs_run) if isinstance(r, TrainResult) else r.epoch * len(run.member_ids)
             for run, r in zip(pack, results)]
     for result, share in zip(results, work):
@@ -200,7 +209,8 @@ def _task_weight(runs: list[PackRun], packed: Method, device: torch.device) -> f
 
 
 def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data: PackData, n_classes: int,
-                   device: torch.device, progress: bool, label: str, step_mode: str = "auto") -> list[TrainResult | Diverged]:
+                   device: torch.device, progress: bool, label: str, step_mode: str = "auto",
+                   snapshot: TrainingSnapshot | None = None) -> list[TrainResult | Diverged]:
     if packed.joint and len({len(run.member_ids) for run in runs}) > 1:
         raise ValueError("the joint runs of a pack need equal member counts")
     val = data.val
@@ -234,26 +244,39 @@ def _train_members(runs: list[PackRun], packed: Method, protocol: Protocol, data
                  scheduled=scheduled, task_weight=_task_weight(runs, packed, device))
     if captured:
         loop.steps = CapturedSteps(lambda idx: _step(loop, idx), members)
-    history: list[dict] = []
-    summary = ""
-    lines = EpochLines(label, protocol.epochs) if progress and not sys.stderr.isatty() else None
-    for epoch in range(1, protocol.epochs + 1):
+    history, first = _epochs(loop, snapshot)
+    members.restore()
+    final_val = validation_loss(packed, model, val).tolist() if val is not None else [float("nan")] * members.count
+    how = "eager" if loop.steps is None else loop.steps.description
+    return _per_run(runs, model, members, history, final_val, how, first - 1)
+
+
+def _epochs(loop: _Loop, snapshot: TrainingSnapshot | None) -> tuple[list[dict], int]:
+    """Every epoch, from the first or from the one after the snapshot's, keeping the snapshot on its
+    schedule. Returns (the history, the first epoch this call trained)."""
+    protocol, label = loop.protocol, loop.label
+    first, history = snapshot.restore(loop, loop.members, loop.device) if snapshot else (1, [])
+    before, summary = (snapshot.seconds_before, f"resumed after epoch {first - 1}") if first > 1 else (0.0, "")
+    if first > 1 and loop.progress:
+        tqdm.write(f"{label or 'training'}: resuming after epoch {first - 1} from {snapshot.path}", file=sys.stderr)
+    lines = EpochLines(label, protocol.epochs) if loop.progress and not sys.stderr.isatty() else None
+    start = time.perf_counter()
+    for epoch in range(first, protocol.epochs + 1):
         started = time.perf_counter()
-        with matmul_precision(protocol.precision, device):  # the steps only: validation stays fp32
+        with matmul_precision(protocol.precision, loop.device):  # the steps only: validation stays fp32
             _train_epoch(loop, epoch, summary)
         trains_on, summary = _end_epoch(loop, epoch, history, started)
         if lines is not None:
             lines(epoch, summary, last=not trains_on or epoch == protocol.epochs)
         if not trains_on:
             break
-    members.restore()
-    final_val = validation_loss(packed, model, val).tolist() if val is not None else [float("nan")] * members.count
-    how = "eager" if loop.steps is None else loop.steps.description
-    return _per_run(runs, model, members, history, final_val, how)
+        if snapshot is not None and epoch < protocol.epochs and snapshot.due():
+            snapshot.save(loop, loop.members, history, epoch, before + time.perf_counter() - start)
+    return history, first
 
 
 def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
-             final_val: list[float], step: str) -> list[TrainResult | Diverged]:
+             final_val: list[float], step: str, resumed_epoch: int = 0) -> list[TrainResult | Diverged]:
     """Each run's part of a pack's training: its TrainResult, or its Diverged."""
     # one host copy each
     abs_mean, kept = member_abs_mean(model, members.run_index, members.runs).tolist(), members.kept_epoch.tolist()
@@ -270,7 +293,8 @@ def _per_run(runs: list[PackRun], model, members: Members, history: list[dict],
                                [{k: v for k, v in h.items() if k != "network"} for h in history
                                 if members.run_of[h["network"]] == r],
                                [kept[i] for i in idx], [final_val[i] for i in idx],
-                               [abs_mean[i] for i in idx], nonfinite_epochs=[nonfinite[i] for i in idx], step=step))
+                               [abs_mean[i] for i in idx], nonfinite_epochs=[nonfinite[i] for i in idx], step=step,
+                               resumed_epoch=resumed_epoch))
     return out
 
 

@@ -20,6 +20,7 @@ from bench.cli.main import main
 from bench.data.files import check_dataset_files
 from bench.errors import DataError
 from bench.store import UnreadableScores, read_arrays
+from bench.training.resume import TrainingSnapshot
 
 
 def grid(epochs: int) -> list[str]:
@@ -113,6 +114,36 @@ def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path,
     assert temp_files(out) == left
     assert {p.stem for p in (out / "records").glob("*.json")} == set(long_reference["run_id"])
     pd.testing.assert_frame_equal(metrics(out), long_reference)
+
+
+class Killed(BaseException):
+    """The process ends here: no handler of the command's sees it."""
+
+
+def test_a_pack_killed_mid_training_goes_on_from_its_snapshot(tiny_data, tmp_path, monkeypatch):
+    command = ["run", "--data-dir", str(tiny_data), "-q", "--methods", "deep_ensemble", "--seeds", "0", "1",
+               "--epochs", "6", "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "--no-download",
+               "--no-plots", "--snapshot-every", "0.001"]
+    whole, out = tmp_path / "whole", tmp_path / "cut"
+    assert main([*command, "--out", str(whole)]) == 0
+    keep = TrainingSnapshot.save
+
+    def keep_then_die(self, loop, members, history, epoch, seconds):
+        keep(self, loop, members, history, epoch, seconds)
+        if epoch == 4:
+            raise Killed
+
+    monkeypatch.setattr(TrainingSnapshot, "save", keep_then_die)
+    with pytest.raises(Killed):
+        main([*command, "--out", str(out)])
+    assert len(list((out / "partial").glob("*.pt"))) == 1 and not list((out / "records").glob("*.json"))
+    monkeypatch.undo()
+    assert main([*command, "--out", str(out)]) == 0
+    pd.testing.assert_frame_equal(metrics(out), metrics(whole))  # the same numbers as never cut short
+    records = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
+    assert sorted(r["resumed_epoch"] for r in records) == [4, 4]  # one pack: both runs went on from epoch 4
+    assert all("resumed_epoch" not in json.loads(p.read_text()) for p in (whole / "records").glob("*.json"))
+    assert not list((out / "partial").iterdir())  # the records are stored: the snapshot is gone
 
 
 def damage_a_member(path) -> None:
