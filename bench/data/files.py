@@ -27,22 +27,27 @@ from bench.errors import DataError
 
 DATA_DIR_ENV = "DARE_BENCH_DATA"
 DEFAULT_DATA_DIR = "./data"
-# torchvision's dataset classes by name; torchvision is imported when one is used (about 1.5 s of every
-# command's start otherwise)
+# torchvision is imported only to download (and by the seed example's loop in bench perf): reading the
+# IDX files here instead saves every command that loads data about 3 s of start (torchvision.datasets
+# imports its models and torch._dynamo).
 
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
     """An in-distribution dataset: its torchvision folder (also its class's name in torchvision),
-    its images' shape (C, H, W) and its number of classes."""
+    its images' shape (C, H, W), its number of classes and their names (as torchvision's class
+    lists them: tests/data/test_data.py compares)."""
     folder: str
     image_shape: tuple[int, int, int]
     classes: int
+    class_names: tuple[str, ...]
 
 
 DATASETS = {
-    "mnist": Dataset("MNIST", (1, 28, 28), 10),
-    "fashion_mnist": Dataset("FashionMNIST", (1, 28, 28), 10),
+    "mnist": Dataset("MNIST", (1, 28, 28), 10, ("0 - zero", "1 - one", "2 - two", "3 - three", "4 - four",
+                                                "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine")),
+    "fashion_mnist": Dataset("FashionMNIST", (1, 28, 28), 10, ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                              "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")),
 }
 DATASET_FOLDERS = {name: d.folder for name, d in DATASETS.items()}
 RAW_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -160,12 +165,19 @@ def load_images(root: Path, dataset: str, train: bool, download: bool = True
                 ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
     """(uint8 images (N, 28, 28), int64 labels, class names); downloads missing files if asked."""
     check_dataset_files(root, dataset, download)
-    raw = _raw_dir(root, dataset)
+    raw, split = _raw_dir(root, dataset), "train" if train else "t10k"
     try:
-        ds = dataset_class(dataset)(root=str(root), train=train, download=False)
-    except Exception as exc:
+        images = _read_idx(raw / f"{split}-images-idx3-ubyte", "images")
+        labels = _read_idx(raw / f"{split}-labels-idx1-ubyte", "labels")
+    except OSError as exc:
         raise DataError(f"cannot read {dataset} from {raw}: {exc}") from None
-    return ds.data, ds.targets.long(), tuple(ds.classes)
+    return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64)), DATASETS[dataset].class_names
+
+
+def _read_idx(path: Path, kind: str) -> np.ndarray:
+    """An IDX file's unsigned bytes in its dimensions (header and size checked by ``_idx_dims``)."""
+    dims = _idx_dims(path, kind)
+    return np.fromfile(path, dtype=np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
 
 
 def _download_cifar10(root: Path, path: Path) -> None:

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from bench.data.files import dataset_class
+from bench.data.files import DATASETS
 from bench.errors import ConfigError
 from bench.evaluation.columns import scored_sets, with_primary
 from bench.reporting import run_plots, shift_plots
@@ -133,7 +133,7 @@ def protocol_view(store: RunStore, group, differences: pd.DataFrame, tables: dic
     title = group.label or (protocol_title(finished) if len(finished) else "")
     return ProtocolView(title, group.tag, with_primary(finished, sets),
                         {rid: store.load_arrays(rid) for rid in finished["run_id"] if store.has_predictions(rid)}, sets,
-                        tuple(dataset_class(group.runs["id_dataset"].iloc[0]).classes), differences,
+                        DATASETS[group.runs["id_dataset"].iloc[0]].class_names, differences,
                         tables.get("shift_rows"), tables.get("shift_table_rows"))
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bench.config import make_protocol
-from bench.data.files import DATA_DIR_ENV, resolve_data_dir
+from bench.data.files import DATA_DIR_ENV, DATASETS, load_images, resolve_data_dir
 from bench.data.loaders import load_benchmark_data
 
 
@@ -14,6 +14,17 @@ def test_data_dir_flag_then_environment_then_default(monkeypatch):
     assert resolve_data_dir(None) == Path("/from/env")
     monkeypatch.delenv(DATA_DIR_ENV)
     assert resolve_data_dir(None) == Path("./data")
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist"])
+@pytest.mark.parametrize("train", [True, False])
+def test_the_idx_files_read_as_torchvision_reads_them(dataset, train, tiny_data):
+    import torchvision  # the harness reads the files itself (torchvision's import costs seconds); here it is the reference
+    theirs = getattr(torchvision.datasets, DATASETS[dataset].folder)(root=str(tiny_data), train=train, download=False)
+    images, labels, names = load_images(tiny_data, dataset, train, download=False)
+    assert images.dtype == theirs.data.dtype and torch.equal(images, theirs.data)
+    assert labels.dtype == torch.int64 and torch.equal(labels, theirs.targets.long())
+    assert names == tuple(theirs.classes)
 
 
 def test_split_sizes_and_ood_is_the_other_dataset_test_split(tiny_data):
