@@ -69,6 +69,8 @@ def test_evaluate_reproduces_stored_metrics_exactly_and_adds_sets_and_shifts(sto
     assert "**Under shift**" in summary and "**Paired Δ under shift**" in summary
     for name in ("ood_suite.csv", "shift_summary.csv", "shift_table.csv", "shift_paired.csv"):
         assert (out / name).is_file(), name
+    for name in ("shift_gallery.png", "shift_table.png"):  # the figures only evaluate's shifts make
+        assert (out / name).stat().st_size > 0, name
     paired = pd.read_csv(out / "shift_paired.csv")
     assert set(paired["shift"]) == {"clean", "rotation", "stripe"}
     runs = pd.read_csv(out / "runs.csv")  # the added sets are columns of runs.csv; the shifts are not

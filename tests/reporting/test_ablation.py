@@ -82,7 +82,8 @@ def test_member_abs_mean_by_hand():
 
 def test_the_ablate_command_end_to_end(tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
-    args = ["ablate", "--data-dir", str(tiny_data), "--out", str(out), "--seeds", "0", "1", "--epochs", "2",
+    args = ["ablate", "--data-dir", str(tiny_data), "--out", str(out), "--methods", "deep_ensemble", "dare",
+            "--seeds", "0", "1", "--epochs", "2",
             "--val-size", "50", "--early-stop-acc", "none", "--lr", "0.01", "-o", "dare.threshold=0.05,5",
             "-o", "members=1,2", "--no-download", "-q"]
     assert main(args) == 0
