@@ -291,6 +291,7 @@ def test_workers_on_one_folder_train_every_run_once(tiny_data, tmp_path, one_wor
     assert names <= {f"{worker_name().rsplit(' pid ', 1)[0]} pid {w.pid}" for w in workers}
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_two_workers_split_a_grid_and_say_what_the_other_trained(tiny_data, tmp_path, one_worker):
     out = tmp_path / "out"
     first = Worker(tiny_data, out, SIX)
@@ -310,6 +311,7 @@ def test_two_workers_split_a_grid_and_say_what_the_other_trained(tiny_data, tmp_
     pd.testing.assert_frame_equal(metrics(out), one_worker)
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_a_second_command_waits_and_says_what_the_first_trained(tiny_data, tmp_path):
     out = tmp_path / "out"
     first = Worker(tiny_data, out, grid(15), quiet=True)
@@ -352,6 +354,7 @@ def test_a_killed_workers_claims_on_this_machine_are_taken_over_at_once(tiny_dat
     check_finished(out, text, rf"took over run \w+ from \S+ pid {pid}: its process {pid} has ended")
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_a_dead_nodes_claims_are_waited_for_then_taken_over_after_the_timeout(tiny_data, tmp_path):
     out = tmp_path / "out"
     args = [*grid(15), "--claim-timeout", "3"]
@@ -378,7 +381,7 @@ def test_a_dead_nodes_claims_are_waited_for_then_taken_over_after_the_timeout(ti
                    r"\(claim timeout 3 s\)")
 
 
-@pytest.mark.parametrize("pack_size", ["1", "auto"])
+@pytest.mark.parametrize("pack_size", ["1", pytest.param("auto", marks=pytest.mark.slow)])  # slow: full suite only
 def test_a_walk_split_across_two_workers_makes_the_sequential_choice(pack_size, tiny_data, tmp_path):
     args = ["--methods", "mod", "--seeds", "0", "--epochs", "8", "--val-size", "50", "-o", "members=2",
             "--select", "mod.lam=0,0.1,1,10,100", "--no-download", "--no-plots", "--pack-size", pack_size]

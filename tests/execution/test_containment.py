@@ -287,6 +287,7 @@ def test_a_run_without_a_validation_split_is_checked_and_ok(tiny_data, tmp_path)
     assert runs["status"].tolist() == ["ok"] and "val_nll_nats" not in runs
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_a_raising_method_in_worker_processes_is_recorded_with_its_traceback(tiny_data, tmp_path, capsys):
     path = plugin(tmp_path, '''
         def penalty(self, model, task_loss, batch):

@@ -86,7 +86,8 @@ def temp_files(out: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in out.glob("*/.*.tmp")}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["SIGKILL", "SIGINT"])  # slow: the full suite runs it, CI's command does not
 def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path, long_reference):
     out = tmp_path / "out"
     proc = start_grid(tiny_data, out)
@@ -364,6 +365,7 @@ def test_worker_processes_give_the_same_records(tiny_data, tmp_path, reference):
     assert set(pd.read_csv(out / "runs.csv")["threads"]) == {max(1, (os.cpu_count() or 1) // 2)}
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_dask_cluster_gives_the_same_records(tiny_data, tmp_path, reference):
     pytest.importorskip("dask.distributed")
     out = tmp_path / "out"
@@ -372,6 +374,7 @@ def test_dask_cluster_gives_the_same_records(tiny_data, tmp_path, reference):
     pd.testing.assert_frame_equal(metrics(out), reference)
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_dask_scheduler_address_that_answers_nothing_is_one_line(tiny_data, tmp_path, capsys):
     pytest.importorskip("dask.distributed")
     code = main(["run", "--data-dir", str(tiny_data), "--out", str(tmp_path), "-q", "--dask",

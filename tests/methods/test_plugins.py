@@ -65,6 +65,7 @@ def test_a_plugin_file_runs_end_to_end_and_lands_in_runs_csv(plugin_file, tiny_d
     assert main(["report", "--out", str(out), "--no-plots"]) == 0
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_a_plugin_method_trains_in_worker_processes(plugin_file, tiny_data, tmp_path):
     out = tmp_path / "out"
     assert main(["run", "--plugin", str(plugin_file), "--methods", "wd_ensemble", "--seeds", "0", "1",

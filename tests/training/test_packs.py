@@ -222,6 +222,7 @@ def test_a_grid_ends_with_its_efficiency_line_and_row(tiny_data, tmp_path, capsy
     assert len(pd.read_csv(out / "efficiency.csv")) == 1 and "TFLOP in" not in capsys.readouterr().out
 
 
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
 def test_packs_run_as_submitit_jobs_with_the_same_records(tiny_data, tmp_path):
     pytest.importorskip("submitit")
     grid = ["--data-dir", str(tiny_data), "--seeds", "0", "1", "--epochs", "1", "--val-size", "50", "--hidden", "8",
