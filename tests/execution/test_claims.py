@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from bench.cli.main import main
 from bench.execution.claims import Claims, RunsToDo
@@ -273,9 +274,14 @@ def others_line(n: int, pid: int) -> str:
 
 @pytest.fixture(scope="module")
 def one_worker(tiny_data, tmp_path_factory):
-    """SIX trained by one worker: the records a shared folder must end with."""
+    """SIX trained by one worker, in this process (one thread, as the workers): the records a shared
+    folder must end with."""
     out = tmp_path_factory.mktemp("one_worker")
-    Worker(tiny_data, out, SIX, quiet=True).finish()
+    threads = torch.get_num_threads()
+    try:
+        assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--threads", "1", "-q", *SIX]) == 0
+    finally:
+        torch.set_num_threads(threads)
     return metrics(out)
 
 
