@@ -69,7 +69,8 @@ def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, executio
             store.add(record, arrays)
             claims.release(record["run_id"])
             records.append(record)
-        snapshot.discard()  # every record is stored: nothing is left to resume
+        if all(r["status"] != "error" for r in records):  # stored, none to train again: nothing left to resume
+            snapshot.discard()
     return records
 
 

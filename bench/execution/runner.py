@@ -60,7 +60,9 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
             out[i] = _failed(records[i], "binding its references", exc)
     if bound:
         try:
-            results = _train(configs, bound, datas, progress, execution, device, snapshot)
+            # a snapshot is named after every run of the pack: a pack with a run that failed to bind is another
+            results = _train(configs, bound, datas, progress, execution, device,
+                             snapshot if len(bound) == len(configs) else None)
         except Exception as exc:  # noqa: BLE001
             results = [exc] * len(bound)
         for (i, method), result in zip(bound, results):
@@ -71,7 +73,7 @@ def run_pack(configs: list[RunConfig], data: BenchData | list[BenchData], progre
                 out[i] = _failed(records[i], "training", result)
             else:
                 if result.resumed_epoch:  # went on from a snapshot kept after this epoch (bench.training.resume)
-                    records[i]["resumed_epoch"] = result.resumed_epoch
+                    records[i].update(resumed_epoch=result.resumed_epoch, resumed_commit=snapshot.resumed_commit)
                 out[i] = _score_run(configs[i], method, result, datas[i], device, records[i])
                 if save_weights is not None and out[i][0]["status"] == "ok":
                     save_weights(configs[i].run_id, {k: v.cpu() for k, v in result.model.state_dict().items()})

@@ -5,10 +5,12 @@ A snapshot holds everything the next epoch reads: the stacked weights and buffer
 the method's training state (its counter streams, anchors), each member's masks and saved
 checkpoint weights, each network's data-order generator, torch's global generator (VI's weight
 noise) and the history so far. Training resumed from it goes on as it would have gone on: on the
-CPU the kept weights equal an uninterrupted run's bit for bit (tests/training/test_resume.py).
+CPU the kept weights equal an uninterrupted run's bit for bit (tests/training/test_snapshots.py).
 
 The runner names the file after its pack (the hash of its run ids: the same runs, the same
-protocol and options) and deletes it once every record of the pack is stored.
+protocol and options) and deletes it once every record of the pack is stored and none failed. The
+file also holds the device type it was kept on (a generator's state is the device's own) and the
+commit that kept it (a resumed run's record names it: ``resumed_commit``).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from bench.fileio import atomic_write
+from bench.provenance import commit
 
 FORMAT = 1  # of the snapshot file; a file of another format is not read
 
@@ -31,25 +34,30 @@ class TrainingSnapshot:
     def __init__(self, path: Path, key: str, every: float = 300.0):
         self.path, self.key, self.every = Path(path), key, every
         self.resumed_epoch = 0       # the epoch training went on after (0: it started afresh)
+        self.resumed_commit = ""     # the commit of the code that kept the snapshot
         self.seconds_before = 0.0    # training time spent before the resumed epoch
         self._last = time.perf_counter()
         self._failed = False
+        self._commit: str | None = None  # looked up at the first save (a git call)
 
     def restore(self, loop, members, device: torch.device) -> tuple[int, list[dict]]:
         """Put the kept state into ``loop`` and ``members`` (just built, before any step). Returns
         (the first epoch to train, the history so far); (1, []) when there is nothing usable to
-        resume from. A damaged or foreign file is one warning and ignored."""
+        resume from. A damaged or foreign file (another pack, model, format or device type) is one
+        warning and ignored; it is checked whole before anything is put back, so training never
+        starts from a half-restored state."""
         if not self.path.exists():
             return 1, []
         try:
             kept = torch.load(self.path, map_location=device, weights_only=False)
             _check(loop, kept, self.key)
-            _put_back(loop, members, kept)
         except Exception as exc:  # noqa: BLE001 - a damaged snapshot costs its epochs, never the run
             warnings.warn(f"{self.path}: cannot resume from it ({type(exc).__name__}: {exc}); training from the start",
                           stacklevel=2)
             return 1, []
+        _put_back(loop, members, kept)
         self.resumed_epoch, self.seconds_before = kept["epoch"], kept["seconds"]
+        self.resumed_commit = kept.get("commit") or ""
         return kept["epoch"] + 1, kept["history"]
 
     def due(self) -> bool:
@@ -58,8 +66,8 @@ class TrainingSnapshot:
     def save(self, loop, members, history: list[dict], epoch: int, seconds: float) -> None:
         """Keep the state after ``epoch``. A write that fails (a full disk, a state that cannot be
         pickled) is one warning, and the pack trains on without snapshots."""
-        state = {"format": FORMAT, "key": self.key, "epoch": epoch, "seconds": seconds, "history": history,
-                 **_taken(loop, members)}
+        state = {"format": FORMAT, "key": self.key, "device": loop.device.type, "commit": self._code(), "epoch": epoch,
+                 "seconds": seconds, "history": history, **_taken(loop, members)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, lambda f: torch.save(state, f))
@@ -68,6 +76,11 @@ class TrainingSnapshot:
             warnings.warn(f"{self.path}: cannot keep the training state ({type(exc).__name__}: {exc}); "
                           "this pack trains on without snapshots", stacklevel=2)
         self._last = time.perf_counter()
+
+    def _code(self) -> str:
+        if self._commit is None:
+            self._commit = commit() or ""
+        return self._commit
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -91,18 +104,27 @@ def _check(loop, kept: dict[str, Any], key: str) -> None:
     """Refuse a snapshot that does not fit, before anything is changed."""
     if kept.get("format") != FORMAT or kept.get("key") != key:
         raise ValueError(f"it belongs to another pack or format ({kept.get('key')}, format {kept.get('format')})")
+    if kept.get("device") != loop.device.type:
+        raise ValueError(f"it was kept on a {kept.get('device')} device, and this pack trains on {loop.device.type}")
     shapes = {k: tuple(v.shape) for k, v in loop.model.state_dict().items()}
     if shapes != {k: tuple(v.shape) for k, v in kept["model"].items()}:
         raise ValueError("its weights have other names or shapes than this pack's model")
-    if len(kept["order_gens"]) != len(loop.order_gens):
-        raise ValueError("it holds another number of data orders")
+    if [s.numel() for s in kept["order_gens"]] != [g.get_state().numel() for g in loop.order_gens]:
+        raise ValueError("its data orders are another number, or another generator's")
+    if kept["torch_rng"].numel() != torch.get_rng_state().numel():
+        raise ValueError("its global generator's state is another size")
 
 
 def _put_back(loop, members, kept: dict[str, Any]) -> None:
     """Restore in place where a tensor is read by reference (parameters, the members' masks: a
     captured CUDA graph reads those very tensors)."""
     loop.model.load_state_dict(kept["model"])
+    # Adam's moments and step counts; the learning rate object and the fused / capturable kernels stay
+    # this run's own (a rate on the device that a CUDA graph reads, capture chosen by --step)
+    own = [{k: g[k] for k in ("lr", "capturable", "fused") if k in g} for g in loop.optimizer.param_groups]
     loop.optimizer.load_state_dict(kept["optimizer"])
+    for group, settings in zip(loop.optimizer.param_groups, own):
+        group.update(settings)
     loop.state = kept["method_state"]
     saved = kept["members"]
     for name in _MEMBER_TENSORS:

@@ -121,10 +121,15 @@ class Killed(BaseException):
     """The process ends here: no handler of the command's sees it."""
 
 
+def snapshotted(tiny_data) -> list[str]:
+    """One pack of two runs, a snapshot after every epoch."""
+    return ["run", "--data-dir", str(tiny_data), "-q", "--methods", "deep_ensemble", "--seeds", "0", "1",
+            "--epochs", "6", "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "--no-download",
+            "--no-plots", "--snapshot-every", "0.001"]
+
+
 def test_a_pack_killed_mid_training_goes_on_from_its_snapshot(tiny_data, tmp_path, monkeypatch):
-    command = ["run", "--data-dir", str(tiny_data), "-q", "--methods", "deep_ensemble", "--seeds", "0", "1",
-               "--epochs", "6", "--val-size", "50", "--early-stop-acc", "none", "-o", "members=2", "--no-download",
-               "--no-plots", "--snapshot-every", "0.001"]
+    command = snapshotted(tiny_data)
     whole, out = tmp_path / "whole", tmp_path / "cut"
     assert main([*command, "--out", str(whole)]) == 0
     keep = TrainingSnapshot.save
@@ -143,8 +148,28 @@ def test_a_pack_killed_mid_training_goes_on_from_its_snapshot(tiny_data, tmp_pat
     pd.testing.assert_frame_equal(metrics(out), metrics(whole))  # the same numbers as never cut short
     records = [json.loads(p.read_text()) for p in (out / "records").glob("*.json")]
     assert sorted(r["resumed_epoch"] for r in records) == [4, 4]  # one pack: both runs went on from epoch 4
+    assert all("resumed_commit" in r for r in records)  # the code that kept the snapshot
     assert all("resumed_epoch" not in json.loads(p.read_text()) for p in (whole / "records").glob("*.json"))
     assert not list((out / "partial").iterdir())  # the records are stored: the snapshot is gone
+
+
+def test_a_pack_whose_training_fails_keeps_its_snapshot_for_the_next_try(tiny_data, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    keep = TrainingSnapshot.save
+
+    def keep_then_fail(self, loop, members, history, epoch, seconds):
+        keep(self, loop, members, history, epoch, seconds)
+        if epoch == 4:
+            raise RuntimeError("out of memory")  # a failure of this try, not of the runs
+
+    monkeypatch.setattr(TrainingSnapshot, "save", keep_then_fail)
+    main([*snapshotted(tiny_data), "--out", str(out)])
+    assert {json.loads(p.read_text())["status"] for p in (out / "records").glob("*.json")} == {"error"}
+    assert len(list((out / "partial").glob("*.pt"))) == 1  # error records are trained again: the snapshot stays
+    monkeypatch.undo()
+    assert main([*snapshotted(tiny_data), "--out", str(out)]) == 0
+    assert [json.loads(p.read_text())["resumed_epoch"] for p in (out / "records").glob("*.json")] == [4, 4]
+    assert not list((out / "partial").iterdir())
 
 
 def damage_a_member(path) -> None:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from bench.config import make_protocol
+from bench.provenance import commit
 from bench.conformance import toy_split
 from bench.training.loop import train, train_pack
 from bench.training.packs import packed_method
@@ -69,6 +70,7 @@ def test_a_run_resumed_after_a_kill_ends_as_an_uninterrupted_one(case, after, tm
     snapshot = TrainingSnapshot(path, "k", every=0)
     resumed = train(make(), protocol(**kw), TRAIN, 3, seed=5, progress=False, val=VAL, snapshot=snapshot)
     assert resumed.resumed_epoch == after and whole.resumed_epoch == 0
+    assert snapshot.resumed_commit == (commit() or "")  # the code that kept it, for the record
     assert_same_training(resumed, whole)
 
 
@@ -113,7 +115,7 @@ def test_no_snapshot_after_the_last_epoch(tmp_path):
     assert kept["epoch"] == EPOCHS - 1  # the last epoch ends training: nothing is left to resume
 
 
-@pytest.mark.parametrize("damage", ["truncated", "another pack", "another model"])
+@pytest.mark.parametrize("damage", ["truncated", "another pack", "another model", "another device"])
 def test_an_unusable_snapshot_is_one_warning_and_training_starts_afresh(damage, tmp_path):
     path = tmp_path / "pack.pt"
     whole = train(DeepEnsemble(members=2), protocol(), TRAIN, 3, seed=0, progress=False)
@@ -122,6 +124,8 @@ def test_an_unusable_snapshot_is_one_warning_and_training_starts_afresh(damage, 
         train(other, protocol(), TRAIN, 3, seed=0, progress=False, snapshot=CutShort(path, "k", 2))
     if damage == "truncated":
         path.write_bytes(path.read_bytes()[:200])
+    if damage == "another device":  # kept on a GPU: its generators' states are the GPU's own
+        torch.save(torch.load(path, weights_only=False) | {"device": "cuda"}, path)
     key = "other" if damage == "another pack" else "k"
     with pytest.warns(UserWarning, match="cannot resume from it") as caught:
         resumed = train(DeepEnsemble(members=2), protocol(), TRAIN, 3, seed=0, progress=False,
