@@ -135,6 +135,21 @@ def test_an_unusable_snapshot_is_one_warning_and_training_starts_afresh(damage, 
     assert_same_training(resumed, whole)
 
 
+def test_a_snapshot_kept_before_its_device_was_recorded_is_resumed(tmp_path):
+    path = tmp_path / "pack.pt"
+    whole = train(DeepEnsemble(members=2), protocol(), TRAIN, 3, seed=0, progress=False, val=VAL)
+    with pytest.raises(Killed):
+        train(DeepEnsemble(members=2), protocol(), TRAIN, 3, seed=0, progress=False, val=VAL,
+              snapshot=CutShort(path, "k", 3))
+    kept = torch.load(path, weights_only=False)
+    del kept["device"], kept["commit"]
+    torch.save(kept, path)
+    snapshot = TrainingSnapshot(path, "k", every=0)
+    resumed = train(DeepEnsemble(members=2), protocol(), TRAIN, 3, seed=0, progress=False, val=VAL, snapshot=snapshot)
+    assert resumed.resumed_epoch == 3 and snapshot.resumed_commit == ""
+    assert_same_training(resumed, whole)
+
+
 def test_a_snapshot_that_cannot_be_written_is_one_warning_and_training_goes_on(tmp_path):
     (tmp_path / "blocked").write_text("a file where the snapshot folder should be")
     whole = train(DeepEnsemble(members=2), protocol(), TRAIN, 3, seed=0, progress=False)
