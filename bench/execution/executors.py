@@ -63,7 +63,8 @@ def run_and_store(pack: list[RunConfig], data_dir: Path, out_dir: Path, executio
         data = [featurized(c.protocol, c.seed, load_benchmark_data(c.protocol, data_dir, download, c.seed), out_dir,
                            execution.torch_device(), progress) for c in mine]
         save = store.add_weights if execution.save_weights else None
-        snapshot = TrainingSnapshot(store.snapshot_path(pack_id(mine)), pack_id(mine), execution.snapshot_every)
+        key = pack_id(mine)
+        snapshot = TrainingSnapshot(store.snapshot_path(key), key, execution.snapshot_every)
         for record, arrays in run_pack(mine, data, progress=progress, execution=execution, references=references,
                                        save_weights=save, snapshot=snapshot):
             store.add(record, arrays)

@@ -255,7 +255,7 @@ def _epochs(loop: _Loop, snapshot: TrainingSnapshot | None) -> tuple[list[dict],
     """Every epoch, from the first or from the one after the snapshot's, keeping the snapshot on its
     schedule. Returns (the history, the first epoch this call trained)."""
     protocol, label = loop.protocol, loop.label
-    first, history = snapshot.restore(loop, loop.members, loop.device) if snapshot else (1, [])
+    first, history = snapshot.restore(loop) if snapshot else (1, [])
     before, summary = (snapshot.seconds_before, f"resumed after epoch {first - 1}") if first > 1 else (0.0, "")
     if first > 1 and loop.progress:
         tqdm.write(f"{label or 'training'}: resuming after epoch {first - 1} from {snapshot.path}", file=sys.stderr)
@@ -271,7 +271,7 @@ def _epochs(loop: _Loop, snapshot: TrainingSnapshot | None) -> tuple[list[dict],
         if not trains_on:
             break
         if snapshot is not None and epoch < protocol.epochs and snapshot.due():
-            snapshot.save(loop, loop.members, history, epoch, before + time.perf_counter() - start)
+            snapshot.save(loop, history, epoch, before + time.perf_counter() - start)
     return history, first
 
 

@@ -33,15 +33,14 @@ class TrainingSnapshot:
 
     def __init__(self, path: Path, key: str, every: float = 300.0):
         self.path, self.key, self.every = Path(path), key, every
-        self.resumed_epoch = 0       # the epoch training went on after (0: it started afresh)
         self.resumed_commit = ""     # the commit of the code that kept the snapshot
         self.seconds_before = 0.0    # training time spent before the resumed epoch
         self._last = time.perf_counter()
         self._failed = False
         self._commit: str | None = None  # looked up at the first save (a git call)
 
-    def restore(self, loop, members, device: torch.device) -> tuple[int, list[dict]]:
-        """Put the kept state into ``loop`` and ``members`` (just built, before any step). Returns
+    def restore(self, loop) -> tuple[int, list[dict]]:
+        """Put the kept state into the training ``loop`` (just built, before any step). Returns
         (the first epoch to train, the history so far); (1, []) when there is nothing usable to
         resume from. A damaged or foreign file (another pack, model, format or device type) is one
         warning and ignored; it is checked whole before anything is put back, so training never
@@ -49,25 +48,25 @@ class TrainingSnapshot:
         if not self.path.exists():
             return 1, []
         try:
-            kept = torch.load(self.path, map_location=device, weights_only=False)
+            kept = torch.load(self.path, map_location=loop.device, weights_only=False)
             _check(loop, kept, self.key)
         except Exception as exc:  # noqa: BLE001 - a damaged snapshot costs its epochs, never the run
             warnings.warn(f"{self.path}: cannot resume from it ({type(exc).__name__}: {exc}); training from the start",
                           stacklevel=2)
             return 1, []
-        _put_back(loop, members, kept)
-        self.resumed_epoch, self.seconds_before = kept["epoch"], kept["seconds"]
+        _put_back(loop, kept)
+        self.seconds_before = kept["seconds"]
         self.resumed_commit = kept.get("commit") or ""
         return kept["epoch"] + 1, kept["history"]
 
     def due(self) -> bool:
         return self.every > 0 and not self._failed and time.perf_counter() - self._last >= self.every
 
-    def save(self, loop, members, history: list[dict], epoch: int, seconds: float) -> None:
+    def save(self, loop, history: list[dict], epoch: int, seconds: float) -> None:
         """Keep the state after ``epoch``. A write that fails (a full disk, a state that cannot be
         pickled) is one warning, and the pack trains on without snapshots."""
         state = {"format": FORMAT, "key": self.key, "device": loop.device.type, "commit": self._code(), "epoch": epoch,
-                 "seconds": seconds, "history": history, **_taken(loop, members)}
+                 "seconds": seconds, "history": history, **_taken(loop)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, lambda f: torch.save(state, f))
@@ -89,8 +88,9 @@ class TrainingSnapshot:
 _MEMBER_TENSORS = ("active", "stopped_epoch", "nonfinite_epoch", "diverged_epoch", "kept_epoch", "best_val")
 
 
-def _taken(loop, members) -> dict[str, Any]:
+def _taken(loop) -> dict[str, Any]:
     """What the next epoch reads, as it is now (tensors cloned: training goes on meanwhile)."""
+    members = loop.members
     return {"model": {k: v.detach().clone() for k, v in loop.model.state_dict().items()},
             "optimizer": loop.optimizer.state_dict(), "method_state": loop.state,
             "members": {name: getattr(members, name).clone() for name in _MEMBER_TENSORS}
@@ -116,7 +116,7 @@ def _check(loop, kept: dict[str, Any], key: str) -> None:
         raise ValueError("its global generator's state is another size")
 
 
-def _put_back(loop, members, kept: dict[str, Any]) -> None:
+def _put_back(loop, kept: dict[str, Any]) -> None:
     """Restore in place where a tensor is read by reference (parameters, the members' masks: a
     captured CUDA graph reads those very tensors)."""
     loop.model.load_state_dict(kept["model"])
@@ -127,7 +127,7 @@ def _put_back(loop, members, kept: dict[str, Any]) -> None:
     for group, settings in zip(loop.optimizer.param_groups, own):
         group.update(settings)
     loop.state = kept["method_state"]
-    saved = kept["members"]
+    members, saved = loop.members, kept["members"]
     for name in _MEMBER_TENSORS:
         getattr(members, name).copy_(saved[name])
     members.holding, members.frozen, members.saved = saved["holding"], saved["frozen"], saved["saved"]

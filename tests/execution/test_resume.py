@@ -134,8 +134,8 @@ def test_a_pack_killed_mid_training_goes_on_from_its_snapshot(tiny_data, tmp_pat
     assert main([*command, "--out", str(whole)]) == 0
     keep = TrainingSnapshot.save
 
-    def keep_then_die(self, loop, members, history, epoch, seconds):
-        keep(self, loop, members, history, epoch, seconds)
+    def keep_then_die(self, loop, history, epoch, seconds):
+        keep(self, loop, history, epoch, seconds)
         if epoch == 4:
             raise Killed
 
@@ -157,8 +157,8 @@ def test_a_pack_whose_training_fails_keeps_its_snapshot_for_the_next_try(tiny_da
     out = tmp_path / "out"
     keep = TrainingSnapshot.save
 
-    def keep_then_fail(self, loop, members, history, epoch, seconds):
-        keep(self, loop, members, history, epoch, seconds)
+    def keep_then_fail(self, loop, history, epoch, seconds):
+        keep(self, loop, history, epoch, seconds)
         if epoch == 4:
             raise RuntimeError("out of memory")  # a failure of this try, not of the runs
 

@@ -33,8 +33,8 @@ class CutShort(TrainingSnapshot):
         super().__init__(path, key, every=1e-9)
         self.after = after
 
-    def save(self, loop, members, history, epoch, seconds):
-        super().save(loop, members, history, epoch, seconds)
+    def save(self, loop, history, epoch, seconds):
+        super().save(loop, history, epoch, seconds)
         if epoch == self.after:
             raise Killed
 
