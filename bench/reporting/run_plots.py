@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.collections import PolyCollection
 import numpy as np
 import seaborn as sns
 from sklearn.metrics import roc_curve
@@ -213,8 +214,9 @@ def smooth_reliability(path: Path, view: ProtocolView) -> None:
         with warnings.catch_warnings():  # relplot's own pandas deprecation warnings
             warnings.simplefilter("ignore")
             diagram = relplot.prepare_rel_diagram(f, y, num_bootstrap=50, report_CE=False)
-            relplot.plot_rel_diagram(diagram, fig=fig, ax=ax, color=colors[variant], use_default_style=False,
-                                     plot_labels=False)
+            relplot.plot_rel_diagram({k: v for k, v in diagram.items() if k not in ("lower", "upper")}, fig=fig,
+                                     ax=ax, color=colors[variant], use_default_style=False, plot_labels=False)
+        bootstrap_band(ax, diagram)
         smece = runs.loc[runs["variant"] == variant, "smece_one_minus_max_prob"]
         ax.set_title(f"{view.labels[variant]}\nsmECE {smece.mean():.3f} ± "
                      f"{smece.std(ddof=1) if len(smece) > 1 else 0:.3f}", fontsize=8)
@@ -227,3 +229,13 @@ def smooth_reliability(path: Path, view: ProtocolView) -> None:
                  "band: bootstrap", fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
+
+
+def bootstrap_band(ax, diagram: dict) -> None:
+    """relplot's bootstrap band, grey, each mesh step as opaque as the density there: as relplot draws
+    it, but one collection, not a fill_between per step (which made this the slowest figure)."""
+    t, lower, upper = diagram["mesh"], diagram["lower"], diagram["upper"]
+    quads = np.stack([np.c_[t[:-1], lower[:-1]], np.c_[t[1:], lower[1:]], np.c_[t[1:], upper[1:]],
+                      np.c_[t[:-1], upper[:-1]]], axis=1)
+    alpha = diagram["density"][:-1] / np.max(diagram["density"]) * 0.6
+    ax.add_collection(PolyCollection(quads, facecolors=[(0.5, 0.5, 0.5, a) for a in alpha], linewidths=0))

@@ -149,6 +149,8 @@ def test_evaluate_scores_a_dataset_shift_only_for_the_id_dataset_of_its_classes(
         # alone (no shift with a curve: the report draws no shift curves) and beside one with a level
         assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--ood-sets", "none",
                      "--shifts", "sklearn_digits", "--no-download", "-q"]) == 0
+        assert (out / "shift_gallery.png").stat().st_size > 0  # the figures only evaluate's shifts make
+        assert (out / "shift_table.png").is_file() == (dataset == "mnist")  # digits shift only MNIST's classes
         assert main(["evaluate", "--out", str(out), "--data-dir", str(tiny_data), "--ood-sets", "none",
                      "--shifts", "sklearn_digits,stripe", "--no-download", "-q", "--no-plots"]) == 0
         table = pd.read_csv(out / "shift.csv")

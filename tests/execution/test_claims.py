@@ -201,7 +201,7 @@ def grid(epochs: int, seeds=("0", "1", "2")) -> list[str]:
             "--val-size", "50", "--early-stop-acc", "none", "--no-download", "--no-plots"]
 
 
-SIX = [*grid(15, [str(s) for s in range(6)]), "--pack-size", "1"]  # six short runs, one by one
+SIX = [*grid(8, [str(s) for s in range(6)]), "--pack-size", "1"]  # six short runs, one by one
 METRICS = ["run_id", "id_acc", "id_nll_nats", "auroc_pred_entropy_vs_fashion_mnist", "id_ece"]
 
 
@@ -272,16 +272,20 @@ def others_line(n: int, pid: int) -> str:
            f"{host} pid {pid} ({n})"
 
 
-@pytest.fixture(scope="module")
-def one_worker(tiny_data, tmp_path_factory):
-    """SIX trained by one worker, in this process (one thread, as the workers): the records a shared
-    folder must end with."""
-    out = tmp_path_factory.mktemp("one_worker")
+def run_here(data: Path, out: Path, args: list[str]) -> None:
+    """`bench run` as a Worker runs it (one thread), in this process: one interpreter start fewer."""
     threads = torch.get_num_threads()
     try:
-        assert main(["run", "--data-dir", str(tiny_data), "--out", str(out), "--threads", "1", "-q", *SIX]) == 0
+        assert main(["run", "--data-dir", str(data), "--out", str(out), "--threads", "1", *args]) == 0
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def one_worker(tiny_data, tmp_path_factory):
+    """SIX trained by one worker, in this process: the records a shared folder must end with."""
+    out = tmp_path_factory.mktemp("one_worker")
+    run_here(tiny_data, out, ["-q", *SIX])
     return metrics(out)
 
 
@@ -352,12 +356,13 @@ def check_finished(out: Path, text: str, took_over: str) -> None:
     assert not list((out / "claims").iterdir())
 
 
-def test_a_killed_workers_claims_on_this_machine_are_taken_over_at_once(tiny_data, tmp_path):
+def test_a_killed_workers_claims_on_this_machine_are_taken_over_at_once(tiny_data, tmp_path, capsys):
     out = tmp_path / "out"
-    pid = killed_mid_pack(tiny_data, out, grid(15))
+    pid = killed_mid_pack(tiny_data, out, grid(10))
     # the default timeout (5 min) does not apply: the claims' process is gone from this machine
-    text = Worker(tiny_data, out, grid(15)).finish()
-    check_finished(out, text, rf"took over run \w+ from \S+ pid {pid}: its process {pid} has ended")
+    capsys.readouterr()
+    run_here(tiny_data, out, grid(10))
+    check_finished(out, capsys.readouterr().out, rf"took over run \w+ from \S+ pid {pid}: its process {pid} has ended")
 
 
 @pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
@@ -388,11 +393,13 @@ def test_a_dead_nodes_claims_are_waited_for_then_taken_over_after_the_timeout(ti
 
 
 @pytest.mark.parametrize("pack_size", ["1", pytest.param("auto", marks=pytest.mark.slow)])  # slow: full suite only
-def test_a_walk_split_across_two_workers_makes_the_sequential_choice(pack_size, tiny_data, tmp_path):
+def test_a_walk_split_across_two_workers_makes_the_sequential_choice(pack_size, tiny_data, tmp_path, capsys):
     args = ["--methods", "mod", "--seeds", "0", "--epochs", "8", "--val-size", "50", "-o", "members=2",
             "--select", "mod.lam=0,0.1,1,10,100", "--no-download", "--no-plots", "--pack-size", pack_size]
     sequential = tmp_path / "sequential"
-    alone_text = Worker(tiny_data, sequential, args).finish()
+    capsys.readouterr()
+    run_here(tiny_data, sequential, args)
+    alone_text = capsys.readouterr().out
     shared = tmp_path / "shared"
     workers = [Worker(tiny_data, shared, args) for _ in range(2)]
     outputs = [w.finish() for w in workers]
