@@ -288,7 +288,7 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     'all', 'none', a family or names. ``threads``: torch threads (default: each run's own, which
     exact reproduction needs). ``cache_dir``: where the shift suite's levels are kept (default
     $DARE_BENCH_CACHE, else ~/.cache/dare-bench; 'none': off). Rewrites the records and the folder's
-    tables (``plots``: and its report). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
+    tables and summary.md (``plots``: and its figures). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
     names = shift_suite.parse_shifts(shifts)
     store = RunStore.existing(Path(out))
     records, _ = store.scan(scores=False)  # a run whose scores are damaged is scored, so its dataset counts
@@ -301,7 +301,7 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     if plots:
         from bench.reporting.figures import write_shift_gallery  # matplotlib: only when a figure is drawn
         echo(f"wrote {write_shift_gallery(store, names, data, shift_seed)}")
-        report_folder(store, tables, echo=echo)
+    report_folder(store, tables, plots=plots, echo=echo)  # summary.md too, as run and report --no-plots
     return done
 
 

@@ -392,7 +392,8 @@ def test_a_dead_nodes_claims_are_waited_for_then_taken_over_after_the_timeout(ti
                    r"\(claim timeout 3 s\)")
 
 
-@pytest.mark.parametrize("pack_size", ["1", pytest.param("auto", marks=pytest.mark.slow)])  # slow: full suite only
+@pytest.mark.slow  # several processes: the full suite runs it, CI's command does not (README, Tests)
+@pytest.mark.parametrize("pack_size", ["1", "auto"])
 def test_a_walk_split_across_two_workers_makes_the_sequential_choice(pack_size, tiny_data, tmp_path, capsys):
     args = ["--methods", "mod", "--seeds", "0", "--epochs", "8", "--val-size", "50", "-o", "members=2",
             "--select", "mod.lam=0,0.1,1,10,100", "--no-download", "--no-plots", "--pack-size", pack_size]

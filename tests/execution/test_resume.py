@@ -86,8 +86,9 @@ def temp_files(out: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in out.glob("*/.*.tmp")}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
-                         ids=["SIGKILL", "SIGINT"])  # slow: the full suite runs it, CI's command does not
+@pytest.mark.slow  # a grid in its own process: the full suite runs it, CI's command does not (README, Tests);
+# CI's resumes after a kill: test_packs' kill -9 mid-pack, test_a_pack_killed_mid_training_goes_on_from_its_snapshot
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_killed_grid_resumes_and_gives_the_same_tables(sig, tiny_data, tmp_path, long_reference):
     out = tmp_path / "out"
     proc = start_grid(tiny_data, out)
