@@ -239,10 +239,11 @@ def smooth_reliability(path: Path, view: ProtocolView) -> None:
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
-
 def bootstrap_band(ax, diagram: dict) -> None:
     """relplot's bootstrap band, grey, each mesh step as opaque as the density there: as relplot draws
     it, but one collection, not a fill_between per step (which made this the slowest figure)."""
+    if "lower" not in diagram:  # relplot gives no band without bootstrap samples
+        return
     t, lower, upper = diagram["mesh"], diagram["lower"], diagram["upper"]
     quads = np.stack([np.c_[t[:-1], lower[:-1]], np.c_[t[1:], lower[1:]], np.c_[t[1:], upper[1:]],
                       np.c_[t[:-1], upper[:-1]]], axis=1)
