@@ -37,7 +37,6 @@ class TrainingSnapshot:
         self.seconds_before = 0.0    # training time spent before the resumed epoch
         self._last = time.perf_counter()
         self._failed = False
-        self._commit: str | None = None  # looked up at the first save (a git call)
 
     def restore(self, loop) -> tuple[int, list[dict]]:
         """Put the kept state into the training ``loop`` (just built, before any step). Returns
@@ -65,8 +64,8 @@ class TrainingSnapshot:
     def save(self, loop, history: list[dict], epoch: int, seconds: float) -> None:
         """Keep the state after ``epoch``. A write that fails (a full disk, a state that cannot be
         pickled) is one warning, and the pack trains on without snapshots."""
-        state = {"format": FORMAT, "key": self.key, "device": loop.device.type, "commit": self._code(), "epoch": epoch,
-                 "seconds": seconds, "history": history, **_taken(loop)}
+        state = {"format": FORMAT, "key": self.key, "device": loop.device.type, "commit": commit() or "",
+                 "epoch": epoch, "seconds": seconds, "history": history, **_taken(loop)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, lambda f: torch.save(state, f))
@@ -75,11 +74,6 @@ class TrainingSnapshot:
             warnings.warn(f"{self.path}: cannot keep the training state ({type(exc).__name__}: {exc}); "
                           "this pack trains on without snapshots", stacklevel=2)
         self._last = time.perf_counter()
-
-    def _code(self) -> str:
-        if self._commit is None:
-            self._commit = commit() or ""
-        return self._commit
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
