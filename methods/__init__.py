@@ -129,7 +129,9 @@ def load_plugin(path: str | Path) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look classes up here
     try:
-        spec.loader.exec_module(module)
+        # compiled from the source each time, never from a cached .pyc: a plugin rewritten within the same
+        # second at the same size would otherwise run its old code
+        exec(compile(resolved.read_bytes(), str(resolved), "exec"), vars(module))
     except Exception as exc:  # noqa: BLE001 - any failure in the user's file is one line, not a traceback
         del sys.modules[module_name]
         raise ConfigError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from None
