@@ -8,6 +8,28 @@ import sys
 from bench import api
 from bench.cli.arguments import DATA_DIR_HELP, DEFAULT_REPORT_OUT, add_command, parse_count
 from bench.cli.printing import plural
+from bench.data import ood_sets, shifts
+
+
+def suite_rest() -> list[str]:
+    """The OOD suite after the other MNIST-family set, in the table's order."""
+    return [name for name in ood_sets.SETS if name not in ood_sets.MNIST_FAMILY]
+
+
+def optional_note(name: str) -> str:
+    return f"{name} when it can be had" if ood_sets.SETS[name].optional else name
+
+
+def shift_families() -> list[str]:
+    return list(dict.fromkeys(s.family for s in shifts.SHIFTS.values()))  # in the table's order
+
+
+def shift_suite() -> str:
+    """'rotation, translation, mnist_c (15 shifts), dataset (sklearn_digits)': the families, named after
+    their one shift or counted."""
+    members = {family: [n for n, s in shifts.SHIFTS.items() if s.family == family] for family in shift_families()}
+    return ", ".join(family if names == [family] else f"{family} ({names[0]})" if len(names) == 1
+                     else f"{family} ({plural(len(names), 'shift')})" for family, names in members.items())
 
 
 def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
@@ -15,7 +37,7 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
         sub, "evaluate", help="score stored runs again from their weights: more OOD sets, the shift suite",
         description="""Score the runs of OUT again from their kept weights (OUT/weights/<run_id>.pt, written by
                     run --save-weights), without retraining: the current evaluators, the OOD suite and the
-                    shift suite (rotation, translation, the 15 MNIST-C corruptions; docs/evaluation.md). Each
+                    shift suite (""" + shift_suite() + """; docs/evaluation.md). Each
                     run's stored metrics are reproduced first (a difference is reported). Records gain the new
                     metrics and say what they were evaluated with; then the tables (shift.csv among them) and
                     plots are rebuilt, as `report` does, with shift curves, the per-corruption table and a
@@ -25,13 +47,13 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
     evaluate.add_argument("--no-download", action="store_true", help="never download a missing dataset file")
     evaluate.add_argument("--ood-sets", default="suite", metavar="suite|none|NAME[,NAME...]",
                           help="OOD sets to score besides the protocol's: suite (every set known for the ID "
-                          "dataset: the other MNIST-family set, cifar10_gray28 when present, block_shuffled, "
-                          "inverted, uniform_noise, gaussian_noise, constant, bernoulli_noise), none, or names")
+                          f"dataset: the other MNIST-family set, {', '.join(optional_note(n) for n in suite_rest())}), "
+                          "none, or names")
     evaluate.add_argument("--shifts", default="all", metavar="all|none|FAMILY|NAME[,...]",
                           help="shifts of the ID test split to score at every level: all, none, a family "
-                          "(rotation, translation, mnist_c) or names (`python -m bench list` shows them)")
+                          f"({', '.join(shift_families())}) or names (`python -m bench list` shows them)")
     evaluate.add_argument("--cache-dir", metavar="DIR|none",
-                          help="where the shift suite's generated levels are kept, so that the next evaluate reads "
+                          help="where the shift suite's drawn levels are kept, so that the next evaluate reads "
                           "them instead of drawing them again (keyed by the test images, shift, level, seed and "
                           "library versions; checked on reading; safe to delete); default $DARE_BENCH_CACHE, else "
                           "~/.cache/dare-bench; none: draw every level every time")

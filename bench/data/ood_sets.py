@@ -4,8 +4,9 @@ description, how its images are had, whether it is optional.
 Grouping rule (OpenOOD's near / far, stated for 28 x 28 gray images): a set is **near** OOD when it
 keeps the low-level statistics of the MNIST family (black background, sparse bright strokes, the
 same pixel histogram) and only the content differs; it is **far** OOD when the low-level
-statistics change too. Near: the other MNIST-family dataset, and ID test images whose 4 x 4
-pixel blocks are shuffled (every pixel value and local patch kept, the shape gone). Far:
+statistics change too. Near: the other MNIST-family dataset, the letters A-J rendered white on black
+(notMNIST-like), and ID test images whose 4 x 4 pixel blocks are shuffled (every pixel value and
+local patch kept, the shape gone). Far:
 CIFAR-10 (natural photographs), the noise and constant images, and inverted ID images (the same
 shapes, the polarity of every pixel flipped).
 

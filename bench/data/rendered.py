@@ -91,6 +91,8 @@ def checksum(images: np.ndarray, labels: np.ndarray) -> str:
 
 DIGITS_BOX = 20  # MNIST's digits fill a 20 x 20 box in the middle of the 28 x 28 frame
 DIGITS_SHA256 = "65e5b4619795efb40c1082f4c350c049e4ad552200d369b6ae99e21eef5e72c5"  # load_digits' 0-16 values, labels
+# the enlarged images (float32 bytes) and labels: scipy's zoom is part of what makes them
+DIGITS_FRAMES_SHA256 = "96ede88eea12e74cba3a1581b1d6ddfe3e061475181e2b1319b61c776942224b"
 
 
 @functools.cache
@@ -108,7 +110,14 @@ def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     frame = np.zeros((len(big), SIDE, SIDE))
     margin = (SIDE - DIGITS_BOX) // 2
     frame[:, margin:margin + DIGITS_BOX, margin:margin + DIGITS_BOX] = np.clip(big, 0.0, 255.0)
-    return frame.astype(np.float32), digits.target.astype(np.int64)
+    frame, labels = frame.astype(np.float32), digits.target.astype(np.int64)
+    found = hashlib.sha256(frame.tobytes() + labels.tobytes()).hexdigest()
+    if found != DIGITS_FRAMES_SHA256:
+        import scipy
+        raise DataError(f"scikit-learn's digits enlarged by scipy {scipy.__version__} have sha256 {found[:12]}..., not "
+                        f"the recorded {DIGITS_FRAMES_SHA256[:12]}... (bench.data.rendered): another scipy draws "
+                        "other images than this shift was made with")
+    return frame, labels
 
 
 def read_letters(root: Path, download: bool) -> tuple[np.ndarray, np.ndarray]:

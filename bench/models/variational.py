@@ -13,6 +13,10 @@ How a forward pass draws (``estimator``):
   position shares, uses Flipout (uncertainty-baselines' ``DenseLocalReparameterization`` and
   ``Convolution2DFlipout``).
 
+Flipout's bias draw sits inside the sign-flipped term, as in bayesian-torch; TFP's Flipout layers
+(uncertainty-baselines') add one bias draw per pass outside the signs. Each row's output has the same
+distribution; the rows of a batch are correlated differently (results/peer_check/README.md).
+
 ``forward(x, dropout)``: ``dropout`` False gives the network of posterior means (the per-epoch
 validation loss reads it); True draws from torch's generator (the training loop seeds it per run,
 the runner before predicting). ``prior``: ``fixed`` keeps s; ``empirical_bayes`` trains one s per

@@ -17,6 +17,6 @@ def format_difference(result: dict, scale: float = 1.0, digits: int = 3) -> str:
         return "-"
     mean = f"{result['mean'] * scale:+.{digits}f}"
     if pd.isna(result["low"]):
-        return f"{mean} (n={result['n']})"
+        return f"{mean} (n={int(result['n'])})"
     return (f"{mean} [{result['low'] * scale:+.{digits}f}, {result['high'] * scale:+.{digits}f}]"
             + (" *" if result["real"] else ""))

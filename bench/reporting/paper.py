@@ -22,6 +22,7 @@ import pandas as pd
 from bench.config import Protocol
 from bench.errors import ConfigError
 from bench.evaluation.columns import ood_column
+from bench.models.registry import ARCH_OPTIONS, ARCHITECTURES
 from bench.store import write_csv
 from bench.reporting.paired import pair
 from bench.reporting.formatting import format_difference
@@ -49,6 +50,7 @@ def reference_key(label: str) -> str:
 
 
 SKIPPED_SET = "OOD set not scored here (skipped: see below)"
+NOT_SCORED = "not in these runs' records (`bench evaluate` scores stored weights again)"
 
 
 def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distribution: str,
@@ -72,6 +74,7 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
     summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))),
                              _off=off_main.map(len), _suffix=off_main.map(lambda v: "".join(f" {t}" for t in v)))
     summary = summary.sort_values(["_off", "_rank"], kind="stable").reset_index(drop=True)
+    summary["_networks"] = [networks_differ(r, published.protocol) for _, r in summary.iterrows()]
     quantities = _quantities(summary, cells)
     labelled = cells.assign(label=cells["method"].map(published.label))
     rows = []
@@ -84,9 +87,9 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
             paired = (_paired(row, runs, summary, protocol, column, published.paired_with, PUBLISHED_METRICS[metric].scale)
                       if runs is not None else {})
             harness, paper = _harness_cell(row, column, metric), _paper_cell(labelled, row["label"], metric, ood_set)
-            if ood_set in unscored and not harness["harness_n"] and paper["paper_mean"] == paper["paper_mean"]:
-                paper["why_not"] = SKIPPED_SET
-            rows.append({"config": config, "label": row["label"], "variant": row["variant"] + row["_suffix"],
+            if not harness["harness_n"] and paper["paper_mean"] == paper["paper_mean"]:  # why this row has no value
+                paper["why_not"] = SKIPPED_SET if ood_set in unscored else NOT_SCORED
+            rows.append({"incomparable": row["_networks"],"config": config, "label": row["label"], "variant": row["variant"] + row["_suffix"],
                          "selected": selected, "preset": row.get("preset", ""), "quantity": title, "metric": metric,
                          "ood_set": ood_set or "", "score": score, **harness, **paper, **paired})
     present = set(summary["label"])
@@ -96,7 +99,7 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
         for title, metric, ood_set in quantities:
             rows.append({"config": -1 - i, "label": published.label(method), "variant": "", "selected": "",
                          "preset": "", "quantity": title, "metric": metric, "ood_set": ood_set or "", "score": "",
-                         "harness_mean": math.nan, "harness_std": math.nan, "harness_n": 0,
+                         "harness_mean": math.nan, "harness_std": math.nan, "harness_n": 0, "incomparable": "",
                          **_paper_cell(labelled, published.label(method), metric, ood_set, why)})
     table = pd.DataFrame(rows)
     if table.empty:
@@ -104,8 +107,26 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
     table["diff"] = table["harness_mean"] - table["paper_mean"]
     table["diff_in_paper_std"] = table["diff"] / table["paper_std"].where(table["paper_std"] > 0)
     verdicts = pd.DataFrame([verdict(r.harness_mean, r.harness_std, r.harness_n, r.paper_mean, r.paper_std, r.paper_n,
-                                     r.paper_resolution, r.why_not) for r in table.itertuples()], index=table.index)
-    return pd.concat([table.drop(columns="why_not"), verdicts], axis=1)
+                                     r.paper_resolution, r.why_not, r.incomparable) for r in table.itertuples()],
+                            index=table.index)
+    return pd.concat([table.drop(columns=["why_not", "incomparable"]), verdicts], axis=1)
+
+
+def networks_differ(row: pd.Series, published: dict[str, str]) -> str:
+    """Why a summary row's networks are not the published ones ('arch=lenet5, published mlp'), or ''. A
+    value missing from the row is the protocol's default; an architecture's option (hidden) counts only
+    where the row's architecture has it."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Protocol)}
+
+    def value(name: str) -> str:
+        have = row.get(name)
+        have = defaults[name] if have is None or have != have or have == "" else have
+        return "-".join(map(str, have)) if isinstance(have, tuple) else str(have)
+
+    own = ARCHITECTURES[value("arch")].options if value("arch") in ARCHITECTURES else ()
+    off = [f"{name}={value(name)}, published {wanted}" for name, wanted in published.items()
+           if (name in own or name not in ARCH_OPTIONS) and value(name) != wanted]
+    return "networks differ from the published ones (" + "; ".join(off) + ")" if off else ""
 
 
 def _harness_cell(row: pd.Series, column: str, metric: str) -> dict:

@@ -1,7 +1,8 @@
 """Published tables as a registry: each is data in bench/published, NAME.csv (its cells, each with
 its source) beside NAME.toml (its card: the paper, the link, the presets that reproduce it, the
 metric conventions, what the paper leaves open, how its method names map to the harness's row
-labels, and why a row is not run). A preset names one as ``compare_to``; ``paper-table`` and
+labels, why a row is not run, and the networks it trained as protocol values: ``[protocol]``, e.g.
+arch = "mlp"; a row whose networks differ gets no verdict). A preset names one as ``compare_to``; ``paper-table`` and
 ``report`` put a folder's runs beside it (bench.reporting.paper), every cell with a verdict
 (bench.reporting.verdicts).
 
@@ -17,12 +18,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.config import named_file
+from bench.config import Protocol, named_file
 from bench.errors import ConfigError
 
 PUBLISHED_DIR = Path(__file__).parent.parent / "published"
 PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
-CARD_KEYS = {"title", "paper", "link", "presets", "conventions", "left_open", "labels", "not_run", "paired_with"}
+CARD_KEYS = {"title", "paper", "link", "presets", "conventions", "left_open", "labels", "not_run", "paired_with",
+             "protocol"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +63,7 @@ class PublishedTable:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)   # published method -> harness label
     not_run: dict[str, str] = dataclasses.field(default_factory=dict)  # published method -> why no harness row
     paired_with: tuple[str, ...] = ()  # harness labels each row is paired with, seed by seed
+    protocol: dict[str, str] = dataclasses.field(default_factory=dict)  # Protocol field -> the published runs' value
 
     def label(self, method: str) -> str:
         """The harness row label of a published method (the card's ``labels``; else the same name)."""
@@ -83,6 +86,14 @@ def load_published(name_or_path: str) -> PublishedTable:
     if unknown:
         raise ConfigError(f"published table {path}: unknown metric {', '.join(unknown)} "
                           f"(known: {', '.join(PUBLISHED_METRICS)})")
+    unsourced = text.index[text["source"].str.strip() == ""]
+    if len(unsourced):
+        raise ConfigError(f"published table {path}: row {unsourced[0] + 2} cites no source (every cell names its source)")
+    twice = text.duplicated(["in_distribution", "ood_set", "method", "metric"])
+    if twice.any():
+        row = text[twice].iloc[0]
+        raise ConfigError(f"published table {path}: row {text.index[twice][0] + 2} repeats the cell "
+                          f"({row['method']}, {row['metric']}, {row['in_distribution']}, ood_set={row['ood_set'] or '-'})")
     cells = text.assign(mean=pd.to_numeric(text["mean"].replace("", math.nan)),
                         std=pd.to_numeric(text["std"].replace("", math.nan)),
                         n_seeds=pd.to_numeric(text["n_seeds"].replace("", math.nan)),
@@ -108,4 +119,10 @@ def _card(path: Path) -> dict:
     unknown = sorted(set(card) - CARD_KEYS)
     if unknown:
         raise ConfigError(f"published table card {path}: unknown key {', '.join(unknown)} (known: {', '.join(sorted(CARD_KEYS))})")
+    fields = {f.name for f in dataclasses.fields(Protocol)}
+    unknown = sorted(set(card.get("protocol", {})) - fields)
+    if unknown:
+        raise ConfigError(f"published table card {path}: [protocol] names {', '.join(unknown)}, not a protocol field "
+                          f"(known: {', '.join(sorted(fields))})")
+    card["protocol"] = {k: str(v) for k, v in card.get("protocol", {}).items()}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in card.items()}

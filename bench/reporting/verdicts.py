@@ -12,8 +12,8 @@ The interval is the 95 % t-interval of the difference d = harness mean - publish
 
 The interval is widened on both sides by the published number's rounding (half a unit of its last
 digit). ``inside`` when it holds 0, ``outside`` (by how much, with the interval) when it does not;
-``not comparable`` (and why) without a published number, without harness runs, or with one seed (no
-spread to judge by).
+``not comparable`` (and why) without a published number, without harness runs, with one seed (no
+spread to judge by), or when the runs trained other networks than the published ones (``incomparable``).
 """
 from __future__ import annotations
 
@@ -24,15 +24,18 @@ LEVEL = 0.95
 
 
 def verdict(harness_mean: float, harness_sd: float, harness_n: int, paper_mean: float, paper_sd: float = math.nan,
-            paper_n: float = math.nan, resolution: float = 0.0, why_not: str = "") -> dict:
+            paper_n: float = math.nan, resolution: float = 0.0, why_not: str = "", incomparable: str = "") -> dict:
     """The verdict of one cell: kind (INSIDE, OUTSIDE, NOT_COMPARABLE), the difference and its interval
-    (nan when not comparable), and a note (why not comparable; the assumption made, if any)."""
+    (nan when not comparable), and a note (why not comparable; the assumption made, if any). ``why_not``
+    explains a missing number; ``incomparable`` makes the cell not comparable whatever its numbers."""
     def nope(why: str) -> dict:
         return {"verdict": NOT_COMPARABLE, "verdict_diff": math.nan, "verdict_low": math.nan, "verdict_high": math.nan,
                 "verdict_note": why}
 
     if paper_mean != paper_mean:
         return nope(why_not or "not published")
+    if incomparable:
+        return nope(incomparable)
     if not harness_n or harness_mean != harness_mean:
         return nope(why_not or "no finished harness runs")
     if harness_n < 2 or harness_sd != harness_sd:

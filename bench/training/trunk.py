@@ -8,20 +8,26 @@ becomes the trunk's penultimate features, the 84 ReLU units before its last laye
 members (``arch = mlp``) are heads on those rows.
 
 The runs of one protocol and seed share a trunk: a process keeps it, and ``OUT/trunks/<key>.pt`` keeps
-its weights for the other workers and for scoring stored weights again; the key is the run id of the
-single-network run the trunk is (``trunk_run``): every protocol value it depends on, and the seed. Training it again gives the same trunk (its init
-and data order come from the seed's member-0 streams), so a lost file costs time, not results.
+its weights for the other workers and for scoring stored weights again, ``<key>.json`` what training it
+took (seconds, device, test accuracy; committed with the records); the key is the run id of the
+single-network run the trunk is (``trunk_run``): every protocol value it depends on, and the seed.
+Training it again on the same kind of device gives the same trunk (its init and data order come from
+the seed's member-0 streams), so a lost file costs time, not results; a trunk trained on a GPU and
+retrained on a CPU differs at the level of float rounding, and so do the features.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import torch
 
+from bench import provenance
 from bench.config import Protocol, RunConfig, make_run_config
 from bench.data.loaders import BenchData, Split
-from bench.training.loop import train
+from bench.fileio import atomic_write
+from bench.training.loop import TrainResult, train
 
 TRUNKS = "trunks"  # the folder of a results folder that keeps the trunks' weights
 CHUNK = 4096
@@ -61,18 +67,32 @@ def trunk_features(protocol: Protocol, seed: int, data: BenchData, out: Path | N
         model = method.build_model(seed, [0], spec)
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     else:
-        model = train(method, inner, data.train, data.n_classes, seed, progress=progress, label=f"trunk seed {seed}",
-                      device=device).model.cpu()
+        result = train(method, inner, data.train, data.n_classes, seed, progress=progress, label=f"trunk seed {seed}",
+                       device=device)
+        model = result.model.cpu()
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(f".{key}.partial")
-            torch.save(model.state_dict(), partial)
-            partial.replace(path)  # atomic: a reader sees the whole file or none
+            atomic_write(path, lambda f: torch.save(model.state_dict(), f))
+            about = trunk_card(run, result, data, device)
+            atomic_write(path.with_suffix(".json"), lambda f: f.write((json.dumps(about, indent=1) + "\n").encode()))
+            # two workers may train one trunk at once: each goes on with the file that stayed, so the
+            # runs of a seed read one trunk even where the workers' devices round differently
+            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     features = model.as_module(0)[:-1].eval()  # every layer but the last: the penultimate ReLU units
     for parameter in features.parameters():
         parameter.requires_grad_(False)
     _TRUNKS[key] = features
     return features
+
+
+@torch.no_grad()
+def trunk_card(run: RunConfig, result: TrainResult, data: BenchData, device: torch.device | str) -> dict:
+    """What training a trunk took and gave: kept beside its weights as OUT/trunks/<key>.json."""
+    network = result.model.cpu().as_module(0).eval()
+    hits = sum(int((network(x).argmax(-1) == y).sum()) for x, y in zip(data.test.x.split(CHUNK), data.test.y.split(CHUNK)))
+    return {"run_id": run.run_id, "seed": run.seed, "arch": run.protocol.arch, "epochs": result.epochs_run[0],
+            "seconds": round(result.seconds, 1), "device": str(device), "test_acc": hits / len(data.test.y),
+            **provenance.stamp()}
 
 
 @torch.no_grad()

@@ -167,4 +167,12 @@ def test_a_copy_of_the_digits_other_than_the_recorded_one_is_one_clear_error(mon
     monkeypatch.setattr(rendered, "DIGITS_SHA256", "0" * 64)
     with pytest.raises(DataError, match="scikit-learn's digits have sha256 .*not the recorded 000000000000"):
         rendered.sklearn_digits()
+    monkeypatch.undo()
+    monkeypatch.setattr(rendered, "DIGITS_FRAMES_SHA256", "1" * 64)  # the same data, enlarged otherwise
     rendered.sklearn_digits.cache_clear()
+    with pytest.raises(DataError, match=r"enlarged by scipy [0-9.]+ have sha256 .*not the recorded 111111111111"):
+        rendered.sklearn_digits()
+    monkeypatch.undo()
+    rendered.sklearn_digits.cache_clear()
+    images, labels = rendered.sklearn_digits()
+    assert images.shape == (1797, 28, 28) and images.dtype == np.float32 and np.bincount(labels).min() >= 170

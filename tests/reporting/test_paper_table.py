@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from bench.cli.main import main
-from bench.reporting.paper import build_paper_table
+from bench.reporting.paper import NOT_SCORED, build_paper_table
 from bench.reporting.published import load_published
 
 QUIET = ["--no-download", "-q", "--no-plots"]
@@ -18,11 +18,12 @@ TINY = ["--epochs", "2", "--val-size", "50", "-o", "members=2"]
 
 def test_paper_table_puts_each_row_beside_its_published_row_in_units_of_the_published_sd():
     summary = pd.DataFrame([
-        {"label": "DARE", "variant": "dare(...)", "id_dataset": "fashion_mnist", "ood_sets": "mnist",
+        {"label": "DARE", "variant": "dare(...)", "id_dataset": "fashion_mnist", "ood_sets": "mnist", "hidden": "100-100-100",
          "primary_score": "eq35_distance", "n": 5, "id_acc_mean": 0.874, "id_acc_std": 0.003,
          "auroc_eq35_distance_vs_mnist_mean": 0.948, "auroc_eq35_distance_vs_mnist_std": 0.01,
          "auroc_pred_entropy_vs_mnist_mean": 0.5, "auroc_pred_entropy_vs_mnist_std": 0.0},
         {"label": "MC dropout", "variant": "mc_dropout(...)", "id_dataset": "fashion_mnist", "ood_sets": "mnist",
+         "hidden": "100-100-100",
          "primary_score": "pred_entropy", "n": 4, "id_acc_mean": 0.88, "id_acc_std": 0.01,
          "auroc_pred_entropy_vs_mnist_mean": 0.7, "auroc_pred_entropy_vs_mnist_std": 0.02},
     ])
@@ -45,7 +46,7 @@ def test_paper_table_puts_each_row_beside_its_published_row_in_units_of_the_publ
     missing = table.loc[("RDE", "ID accuracy")]
     assert missing["config"] < 0 and missing["harness_n"] == 0 and missing["paper_mean"] == 89.1
     assert (missing["verdict"], missing["verdict_note"]) == ("not comparable", "not run in this folder")
-    assert (cifar["verdict"], cifar["verdict_note"]) == ("not comparable", "no finished harness runs")
+    assert (cifar["verdict"], cifar["verdict_note"]) == ("not comparable", NOT_SCORED)  # runs without the set
     assert mc["verdict_note"] == "not published"
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bench import api
-from bench.config import load_preset
+from bench.config import available_presets, load_preset
 from bench.errors import ConfigError
 from bench.reporting.paper import build_paper_table, format_markdown
 from bench.reporting.published import PUBLISHED_METRICS, available_tables, load_published
@@ -63,7 +63,7 @@ def test_the_uncertainty_baselines_table_maps_its_names_and_keeps_its_units():
 
 def test_a_row_is_put_beside_its_published_cells_in_the_published_unit():
     summary = pd.DataFrame([{"label": "DE (NLL)", "variant": "deep_ensemble(members=10)", "id_dataset": "mnist",
-                             "ood_sets": "fashion_mnist", "primary_score": "pred_entropy", "n": 3,
+                             "arch": "lenet5_same", "ood_sets": "fashion_mnist", "primary_score": "pred_entropy", "n": 3,
                              "id_acc_mean": 0.9935, "id_acc_std": 0.0005, "id_nll_nats_mean": 0.0190,
                              "id_nll_nats_std": 0.0010, "id_ece_10_bins_ub_mean": 0.004, "id_ece_10_bins_ub_std": 0.001}])
     table = build_paper_table(summary, load_published("ub_lenet5"), "mnist").set_index(["label", "quantity"])
@@ -91,6 +91,53 @@ def test_a_published_table_with_an_unknown_metric_or_card_key_is_refused_in_one_
         load_published(str(bad))
     with pytest.raises(ConfigError, match="unknown published table 'nope'"):
         load_published("nope")
+    (tmp_path / "bad.toml").write_text('[protocol]\narchitecture = "mlp"\n')
+    with pytest.raises(ConfigError, match="names architecture, not a protocol field"):
+        load_published(str(bad))
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["mnist,,X,nll_nats,0.1,,,"], "row 2 cites no source"),
+    (["mnist,,X,nll_nats,0.1,,,here", "mnist,,Y,nll_nats,0.2,,,here", "mnist,,X,nll_nats,0.3,,,there"],
+     r"row 4 repeats the cell \(X, nll_nats, mnist, ood_set=-\)"),
+])
+def test_a_published_cell_without_a_source_or_given_twice_is_refused(tmp_path, rows, message):
+    bad = tmp_path / "cells.csv"
+    bad.write_text("in_distribution,ood_set,method,metric,mean,std,n_seeds,source\n" + "\n".join(rows) + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_published(str(bad))
+
+
+def test_rows_of_other_networks_than_the_published_ones_stand_beside_it_without_a_verdict():
+    row = {"label": "DE (NLL)", "id_dataset": "mnist", "ood_sets": "fashion_mnist", "primary_score": "pred_entropy",
+           "n": 3, "id_acc_mean": 0.9935, "id_acc_std": 0.0005}
+    summary = pd.DataFrame([{**row, "variant": "a", "arch": "lenet5_same"}, {**row, "variant": "b", "arch": "lenet5"},
+                            {**row, "variant": "c"}])  # c: no arch column value, so the default (mlp)
+    table = build_paper_table(summary, load_published("ub_lenet5"), "mnist")
+    table["variant"] = table["variant"].str.split().str[0]  # the differing protocol value is named after it
+    acc = table[table["quantity"] == "ID accuracy"].set_index("variant")
+    assert acc.loc["a", "verdict"] == INSIDE
+    for variant, arch in [("b", "lenet5"), ("c", "mlp")]:
+        assert acc.loc[variant, "verdict"] == NOT_COMPARABLE and acc.loc[variant, "harness_mean"] == pytest.approx(99.35)
+        assert acc.loc[variant, "verdict_note"] == f"networks differ from the published ones (arch={arch}, published lenet5_same)"
+    # the published number is there but the runs' records lack the metric (records older than it)
+    nll = table[table["quantity"] == "ID NLL (nats)"].set_index("variant")
+    assert nll.loc["a", "verdict_note"].startswith("not in these runs' records")
+
+
+def test_the_dare_table_judges_the_papers_mlp_and_not_lenet_members_or_heads_on_a_trunk():
+    row = {"label": "DE (NLL)", "id_dataset": "fashion_mnist", "ood_sets": "mnist", "primary_score": "pred_entropy",
+           "n": 5, "id_acc_mean": 0.89, "id_acc_std": 0.002}
+    summary = pd.DataFrame([{**row, "variant": "mlp", "hidden": "100-100-100"},
+                            {**row, "variant": "wide", "hidden": "256-256"},
+                            {**row, "variant": "lenet", "arch": "lenet5", "hidden": ""},
+                            {**row, "variant": "trunk", "trunk": "lenet5", "hidden": "100-100-100"}])
+    table = build_paper_table(summary, load_published("dare_table3"), "fashion_mnist")
+    table["variant"] = table["variant"].str.split().str[0]
+    notes = table[table["quantity"] == "ID accuracy"].set_index("variant")["verdict_note"]
+    assert notes["mlp"] == "" and notes["wide"].endswith("(hidden=256-256, published 100-100-100)")
+    assert notes["lenet"].endswith("(arch=lenet5, published mlp)")  # hidden is no option of lenet5: not named
+    assert notes["trunk"].endswith("(trunk=lenet5, published none)")
 
 
 @pytest.mark.parametrize("name", available_tables())
@@ -103,6 +150,13 @@ def test_every_card_names_presets_that_compare_to_it_and_labels_that_those_prese
         labels |= {item.runs()[0].built_method.label for item in api.plan(preset, out=tmp_path / preset).configs}
     expected = {table.label(m) for m in set(table.cells["method"]) - set(table.not_run)}
     assert expected <= labels, f"{name}: no preset trains {sorted(expected - labels)}"
+
+
+def test_every_preset_that_compares_to_a_table_is_named_by_its_card():
+    for preset in available_presets():
+        name = load_preset(preset)[1].get("compare_to")
+        if name:
+            assert preset in load_published(name).presets, f"{preset} compares to {name}, whose card does not name it"
 
 
 def test_a_preset_changes_protocol_values_for_one_method_alone_and_the_command_line_overrides_them(tmp_path):

@@ -2,6 +2,8 @@
 penultimate features the rows every member and every split reads."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -34,9 +36,35 @@ def test_every_split_becomes_the_features_of_the_trunk_trained_alone(tiny_data, 
     assert all(s.x.shape[1] == 84 for s in (data.train, data.val, *data.ood.values()))
     assert torch.equal(data.prepare(raw.test_images.flatten(1).float()), data.test.x)  # sets made later: same path
     assert (tmp_path / "trunks" / f"{trunk.trunk_key(protocol, 3)}.pt").is_file()
+    card = json.loads((tmp_path / "trunks" / f"{trunk.trunk_key(protocol, 3)}.json").read_text())
+    with torch.no_grad():
+        accuracy = (alone(raw.test.x).argmax(-1) == raw.test.y).double().mean().item()
+    assert (card["seed"], card["arch"], card["epochs"], card["device"]) == (3, "lenet5", 1, "cpu")
+    assert card["test_acc"] == pytest.approx(accuracy) and card["seconds"] >= 0 and card["harness_version"]
     assert trunk.trunk_key(protocol, 3) != trunk.trunk_key(protocol, 4)
     plain = make_protocol({"epochs": 1, "val_size": 50})
     assert trunk.featurized(plain, 0, raw, tmp_path) is raw  # no trunk: the data as they are
+
+
+def test_workers_that_train_one_trunk_at_once_go_on_with_the_file_that_stayed(tiny_data, tmp_path, monkeypatch):
+    protocol = make_protocol({"trunk": "lenet5", "epochs": 1, "val_size": 50, "early_stop_acc": None})
+    raw = load_benchmark_data(protocol, tiny_data, download=False, seed=5)
+    write = trunk.atomic_write
+
+    def and_another_worker(path, writer, durable=True):  # another worker's trunk lands right after this one's
+        write(path, writer, durable)
+        if path.suffix == ".pt":
+            torch.save({k: v + 0.01 for k, v in torch.load(path, weights_only=True).items()}, path)
+
+    monkeypatch.setattr(trunk, "atomic_write", and_another_worker)
+    raced = trunk.featurized(protocol, 5, raw, tmp_path)
+    monkeypatch.setattr(trunk, "atomic_write", write)
+    trunk._TRUNKS.clear()
+    from_file = trunk.featurized(protocol, 5, raw, tmp_path)  # as a later worker: the file on disk
+    trunk._TRUNKS.clear()
+    own = trunk.featurized(protocol, 5, raw, tmp_path / "alone")
+    trunk._TRUNKS.clear()
+    assert torch.equal(raced.test.x, from_file.test.x) and not torch.equal(raced.test.x, own.test.x)
 
 
 def test_a_trunk_grid_trains_one_trunk_per_seed_shared_by_every_method_and_scores_again(tiny_data, tmp_path):
