@@ -9,6 +9,8 @@ members are 10 single networks per seed: with 3 seeds, 30 draws of the Determini
 3, beside the published value with the verdict rule of bench.reporting.verdicts.
 
 Needs the folder's weights (`run --save-weights`; git-ignored, so on the machine that trained them).
+A seed whose ensemble weights are not on this machine keeps the rows an earlier run of this script
+wrote for it in members_alone.csv (printed as such).
 
     python results/ub-lenet-mnist/members_alone.py [FOLDER]    # -> FOLDER/members_alone.csv
 """
@@ -56,6 +58,17 @@ def member_rows(record: dict) -> list[dict]:
     return rows
 
 
+def kept_rows(scored_seeds: set[int]) -> list[dict]:
+    path = FOLDER / "members_alone.csv"
+    if not path.is_file():
+        return []
+    earlier = pd.read_csv(path)
+    earlier = earlier[~earlier["seed"].isin(scored_seeds)]
+    for seed in sorted(set(earlier["seed"])):
+        print(f"seed {seed}: its ensemble's weights are not here: its rows are kept from members_alone.csv")
+    return earlier.to_dict("records")
+
+
 def main() -> None:
     ensembles, singles = records("deep_ensemble"), records("single_network")
     checks = []
@@ -63,7 +76,8 @@ def main() -> None:
         de, alone = weights(ensembles[seed]), weights(singles[seed])
         checks.append(all(torch.equal(de[k][0], alone[k][0]) for k in alone))
         print(f"seed {seed}: member 0 of the ensemble equals the single network trained alone, bitwise: {checks[-1]}")
-    table = pd.DataFrame([row for seed in sorted(ensembles) for row in member_rows(ensembles[seed])])
+    scored = [row for seed in sorted(ensembles) for row in member_rows(ensembles[seed])]
+    table = pd.DataFrame(kept_rows(set(ensembles)) + scored).sort_values(["seed", "member"])
     table.to_csv(FOLDER / "members_alone.csv", index=False, float_format="%.10g")
     published = load_published("ub_lenet5")
     dataset = ensembles[min(ensembles)]["id_dataset"]
