@@ -1,9 +1,11 @@
 """uncertainty-baselines' Deterministic row from the ensembles' members, scored one by one.
 
 A 10-member deep ensemble's member m of seed s draws its init and data order from the streams
-(s, m), as a single network of seed s does for m = 0; trained in a pack or alone, a network computes
-the same (tests/training/test_packs.py). This script checks that on the stored weights (member 0 of each
-seed's ensemble against the single network of that seed, every parameter, bitwise), then scores each
+(s, m), as a single network of seed s does for m = 0, and computes the same in any pack up to fused
+Adam's rounding of a tensor's last elements (docs/architectures.md: member 0 of two packs of two or
+more networks agree bitwise; the last member of a pack, or a run alone, can differ). This script checks
+that on the stored weights (member 0 of each seed's ensemble against the single network of that seed,
+every parameter, bitwise), then scores each
 member alone on the ID test split: accuracy, NLL and ECE with 10 bins of its own softmax. The
 members are 10 single networks per seed: with 3 seeds, 30 draws of the Deterministic row instead of
 3, beside the published value with the verdict rule of bench.reporting.verdicts.
