@@ -83,9 +83,9 @@ def letters(n: int = N_LETTERS, seed: int = LETTERS_SEED) -> tuple[np.ndarray, n
     return images, labels
 
 
-def checksum(images: np.ndarray, labels: np.ndarray) -> str:
-    """sha256 of integer images' bytes (0-255, as uint8) and their labels' (int64)."""
-    return hashlib.sha256(np.ascontiguousarray(images, dtype=np.uint8).tobytes()
+def checksum(images: np.ndarray, labels: np.ndarray, dtype: type = np.uint8) -> str:
+    """sha256 of images' bytes as ``dtype`` (integer images 0-255: uint8) and their labels' (int64)."""
+    return hashlib.sha256(np.ascontiguousarray(images, dtype=dtype).tobytes()
                           + np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()
 
 
@@ -111,7 +111,7 @@ def sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     margin = (SIDE - DIGITS_BOX) // 2
     frame[:, margin:margin + DIGITS_BOX, margin:margin + DIGITS_BOX] = np.clip(big, 0.0, 255.0)
     frame, labels = frame.astype(np.float32), digits.target.astype(np.int64)
-    found = hashlib.sha256(frame.tobytes() + labels.tobytes()).hexdigest()
+    found = checksum(frame, labels, np.float32)
     if found != DIGITS_FRAMES_SHA256:
         import scipy
         raise DataError(f"scikit-learn's digits enlarged by scipy {scipy.__version__} have sha256 {found[:12]}..., not "

@@ -89,9 +89,10 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
             harness, paper = _harness_cell(row, column, metric), _paper_cell(labelled, row["label"], metric, ood_set)
             if not harness["harness_n"] and paper["paper_mean"] == paper["paper_mean"]:  # why this row has no value
                 paper["why_not"] = SKIPPED_SET if ood_set in unscored else NOT_SCORED
-            rows.append({"incomparable": row["_networks"],"config": config, "label": row["label"], "variant": row["variant"] + row["_suffix"],
-                         "selected": selected, "preset": row.get("preset", ""), "quantity": title, "metric": metric,
-                         "ood_set": ood_set or "", "score": score, **harness, **paper, **paired})
+            rows.append({"config": config, "label": row["label"], "variant": row["variant"] + row["_suffix"],
+                         "incomparable": row["_networks"], "selected": selected, "preset": row.get("preset", ""),
+                         "quantity": title, "metric": metric, "ood_set": ood_set or "", "score": score, **harness,
+                         **paper, **paired})
     present = set(summary["label"])
     missing = [m for m in dict.fromkeys(cells["method"]) if published.label(m) not in present]
     for i, method in enumerate(missing):  # the published rows this folder has no runs of (config -1, -2, ...)

@@ -2,8 +2,8 @@
 its source) beside NAME.toml (its card: the paper, the link, the presets that reproduce it, the
 metric conventions, what the paper leaves open, how its method names map to the harness's row
 labels, why a row is not run, and the networks it trained as protocol values: ``[protocol]``, e.g.
-arch = "mlp"; a row whose networks differ gets no verdict). A preset names one as ``compare_to``; ``paper-table`` and
-``report`` put a folder's runs beside it (bench.reporting.paper), every cell with a verdict
+arch = "mlp"; a row whose networks differ gets no verdict). A preset names one as ``compare_to``;
+``paper-table`` and ``report`` put a folder's runs beside it (bench.reporting.paper), every cell with a verdict
 (bench.reporting.verdicts).
 
 A published cell's ``metric`` is one of ``PUBLISHED_METRICS``: the harness column it is compared
@@ -88,12 +88,13 @@ def load_published(name_or_path: str) -> PublishedTable:
                           f"(known: {', '.join(PUBLISHED_METRICS)})")
     unsourced = text.index[text["source"].str.strip() == ""]
     if len(unsourced):
-        raise ConfigError(f"published table {path}: row {unsourced[0] + 2} cites no source (every cell names its source)")
+        raise ConfigError(f"published table {path}: row {unsourced[0] + 2} cites no source "
+                          "(every cell names its source)")
     twice = text.duplicated(["in_distribution", "ood_set", "method", "metric"])
     if twice.any():
         row = text[twice].iloc[0]
-        raise ConfigError(f"published table {path}: row {text.index[twice][0] + 2} repeats the cell "
-                          f"({row['method']}, {row['metric']}, {row['in_distribution']}, ood_set={row['ood_set'] or '-'})")
+        raise ConfigError(f"published table {path}: row {text.index[twice][0] + 2} repeats the cell ({row['method']}, "
+                          f"{row['metric']}, {row['in_distribution']}, ood_set={row['ood_set'] or '-'})")
     cells = text.assign(mean=pd.to_numeric(text["mean"].replace("", math.nan)),
                         std=pd.to_numeric(text["std"].replace("", math.nan)),
                         n_seeds=pd.to_numeric(text["n_seeds"].replace("", math.nan)),

@@ -73,7 +73,7 @@ def trunk_features(protocol: Protocol, seed: int, data: BenchData, out: Path | N
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, lambda f: torch.save(model.state_dict(), f))
-            about = trunk_card(run, result, data, device)
+            about = trunk_card(run, result, model, data, device)
             atomic_write(path.with_suffix(".json"), lambda f: f.write((json.dumps(about, indent=1) + "\n").encode()))
             # two workers may train one trunk at once: each goes on with the file that stayed, so the
             # runs of a seed read one trunk even where the workers' devices round differently
@@ -86,13 +86,13 @@ def trunk_features(protocol: Protocol, seed: int, data: BenchData, out: Path | N
 
 
 @torch.no_grad()
-def trunk_card(run: RunConfig, result: TrainResult, data: BenchData, device: torch.device | str) -> dict:
-    """What training a trunk took and gave: kept beside its weights as OUT/trunks/<key>.json."""
-    network = result.model.cpu().as_module(0).eval()
-    hits = sum(int((network(x).argmax(-1) == y).sum()) for x, y in zip(data.test.x.split(CHUNK), data.test.y.split(CHUNK)))
+def trunk_card(run: RunConfig, result: TrainResult, model: torch.nn.Module, data: BenchData,
+               device: torch.device | str) -> dict:
+    """What training a trunk took and gave (``model``: its trained network on the CPU): kept beside its
+    weights as OUT/trunks/<key>.json."""
+    accuracy = (_apply(model.as_module(0).eval(), data.test.x).argmax(-1) == data.test.y).double().mean().item()
     return {"run_id": run.run_id, "seed": run.seed, "arch": run.protocol.arch, "epochs": result.epochs_run[0],
-            "seconds": round(result.seconds, 1), "device": str(device), "test_acc": hits / len(data.test.y),
-            **provenance.stamp()}
+            "seconds": round(result.seconds, 1), "device": str(device), "test_acc": accuracy, **provenance.stamp()}
 
 
 @torch.no_grad()
