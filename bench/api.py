@@ -16,7 +16,6 @@ Each command of ``python -m bench`` is a call or two here (bench.cli adds its fl
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import time
@@ -134,6 +133,7 @@ class Executed:
 def execute(p: Plan, download: bool = True, progress: bool = True, force: bool = False) -> Executed:
     """Run (or reuse) the plan's runs; rebuild runs.csv and summary.csv once. A KeyboardInterrupt
     leaves every finished run saved."""
+    existed = p.store.out.exists()
     p.store.ensure()  # an output folder that cannot be made fails before anything trains
     if p.star is not None:  # which runs each setting reads, written before anything trains
         write_design(p.store.out, p.star)
@@ -147,8 +147,7 @@ def execute(p: Plan, download: bool = True, progress: bool = True, force: bool =
         grid = run_grid(p.configs, p.data_dir, p.store, p.executor, p.execution, download=download,
                         progress=progress, force=force)
     except BaseException:  # Ctrl-C, a failed cluster job: the tables still show every finished run
-        with contextlib.suppress(OSError):  # on a full disk the tables wait for the next command
-            p.store.write_tables()
+        p.store.after_failure(made=not existed)
         raise
     wall = time.perf_counter() - started
     tables = p.store.write_tables()

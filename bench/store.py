@@ -17,6 +17,7 @@ its own and refuses a newer one with one line naming both (BenchError, exit 2), 
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from pathlib import Path
@@ -131,6 +132,16 @@ class RunStore:
             self.predictions.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BenchError(f"cannot create output folder {self.out}: {exc.strerror}") from None
+
+    def after_failure(self, made: bool) -> None:
+        """After a grid stopped (Ctrl-C, a failed job, missing data): the tables show every finished run;
+        a folder this call ``made`` that holds no run is removed, not left with empty tables."""
+        with contextlib.suppress(OSError):  # on a full disk the tables wait for the next command
+            if any(self.records.glob("*.json")):
+                self.write_tables()
+            elif made:
+                for folder in (self.records, self.predictions, self.out):
+                    folder.rmdir()
 
     @classmethod
     def existing(cls, out: Path) -> "RunStore":

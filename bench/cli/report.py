@@ -11,6 +11,7 @@ from bench.errors import BenchError
 from bench.reporting.pages import write_index
 from bench.reporting.paired import NO_PREDICTIONS
 from bench.reporting.paper import write_comparison
+from bench.reporting.published import available_tables
 
 
 def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
@@ -28,10 +29,12 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
                         "deep ensemble, N resamples (e.g. 1000), written to OUT/bootstrap.csv: the test-set "
                         "noise of one seed's difference, beside the seed-to-seed t-interval")
     report.add_argument("--bootstrap-seed", metavar="S", default="0", help="seed of the bootstrap's resamples")
-    report.add_argument("--compare-to", metavar="FOLDER",
-                        help="also set OUT's paper table beside FOLDER's (both paper_table.csv), cell by cell: "
-                        "each mean, the difference and whether it lies within FOLDER's sd; written to "
-                        "OUT/compare_to_<FOLDER's name>.csv (e.g. a GPU re-run against the CPU table)")
+    report.add_argument("--compare-to", metavar="TABLE|FOLDER",
+                        help=f"also: a published table's name ({', '.join(available_tables())}): OUT's runs beside "
+                        "it, each cell with its verdict, in OUT/paper_table.csv, .md and .png (as paper-table "
+                        "--published TABLE); or a results folder: OUT's paper table beside FOLDER's (both "
+                        "paper_table.csv), cell by cell: each mean, the difference and whether it lies within "
+                        "FOLDER's sd, in OUT/compare_to_<FOLDER's name>.csv (e.g. a GPU re-run against the CPU table)")
     return report
 
 
@@ -46,9 +49,7 @@ def run(args: argparse.Namespace) -> int:
                          parse_count(args.bootstrap_seed, "--bootstrap-seed", 0))
     done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn)
     if args.compare_to:
-        table, path = write_comparison(Path(args.out), Path(args.compare_to))
-        print(f"{int(table['within_reference_sd'].sum())} of {len(table)} cells within one sd of {args.compare_to}'s; "
-              f"wrote {path}")
+        compare_to(Path(args.out), args.compare_to)
     if n_boot:
         table = done.bootstrap
         real = int(table["real"].sum()) if len(table) else 0
@@ -58,3 +59,16 @@ def run(args: argparse.Namespace) -> int:
               + (f", {without} without cached predictions to resample" if without else "")
               + f"; wrote {Path(args.out) / 'bootstrap.csv'}")
     return 0
+
+
+def compare_to(out: Path, target: str) -> None:
+    """--compare-to: a published table by name, else another results folder."""
+    if target in available_tables():
+        for path in api.paper_table(out, target, warn=warn):
+            print(f"wrote {path}")
+        return
+    if not Path(target).is_dir():
+        raise BenchError(f"--compare-to {target}: neither a published table ({', '.join(available_tables())}) nor a "
+                         "results folder")
+    table, path = write_comparison(out, Path(target))
+    print(f"{int(table['within_reference_sd'].sum())} of {len(table)} cells within one sd of {target}'s; wrote {path}")

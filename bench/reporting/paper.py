@@ -17,6 +17,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench.config import Protocol
@@ -113,6 +114,9 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
     return pd.concat([table.drop(columns=["why_not", "incomparable"]), verdicts], axis=1)
 
 
+NETWORKS_DIFFER = "networks differ from the published ones"
+
+
 def networks_differ(row: pd.Series, published: dict[str, str]) -> str:
     """Why a summary row's networks are not the published ones ('arch=lenet5, published mlp'), or ''. A
     value missing from the row is the protocol's default; an architecture's option (hidden) counts only
@@ -127,7 +131,7 @@ def networks_differ(row: pd.Series, published: dict[str, str]) -> str:
     own = ARCHITECTURES[value("arch")].options if value("arch") in ARCHITECTURES else ()
     off = [f"{name}={value(name)}, published {wanted}" for name, wanted in published.items()
            if (name in own or name not in ARCH_OPTIONS) and value(name) != wanted]
-    return "networks differ from the published ones (" + "; ".join(off) + ")" if off else ""
+    return f"{NETWORKS_DIFFER} (" + "; ".join(off) + ")" if off else ""
 
 
 def _harness_cell(row: pd.Series, column: str, metric: str) -> dict:
@@ -261,8 +265,20 @@ def _short_names(labels: list[str], variants: list[str]) -> list[str]:
     return names
 
 
+def figure_rows(table: pd.DataFrame) -> tuple[list[str], np.ndarray]:
+    """The figure's row names, one per config in order, and which configs trained other networks than
+    the published ones (any cell not comparable for that reason): those names say so."""
+    configs = table.drop_duplicates("config")
+    notes = table["verdict_note"].fillna("").astype(str)
+    other = configs["config"].map(notes.str.startswith(NETWORKS_DIFFER).groupby(table["config"]).any())
+    other = other.to_numpy(dtype=bool)
+    names = _short_names(list(configs["label"]), list(configs["variant"]))
+    return [f"{name}\n(other networks: n/c)" if o else name for name, o in zip(names, other)], other
+
+
 def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
-    """Harness vs paper per method, one panel per quantity, mean ± sd error bars."""
+    """Harness vs paper per method, one panel per quantity, mean ± sd error bars. The harness markers of
+    rows that trained other networks than the published ones are hollow, their names say so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,15 +288,18 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
     sns.set_theme(style="whitegrid", context="notebook")
     quantities = list(dict.fromkeys(table["quantity"]))
     configs = table.drop_duplicates("config")
-    names = _short_names(list(configs["label"]), list(configs["variant"]))
+    names, other = figure_rows(table)
     fig, axes = plt.subplots(1, len(quantities), figsize=(4.3 * len(quantities), 0.6 * len(names) + 1.8),
                              sharey=True, squeeze=False)
     harness_color, paper_color = sns.color_palette("colorblind", 2)
     for ax, q in zip(axes[0], quantities):
         sub = table[table["quantity"] == q].set_index("config").loc[configs["config"]]
-        y = range(len(sub))
-        ax.errorbar(sub["harness_mean"], [v - 0.12 for v in y], xerr=sub["harness_std"], fmt="o",
-                    color=harness_color, capsize=3, label="harness (mean ± sd over seeds)")
+        y = np.arange(len(sub))
+        for hollow, label in ((False, "harness (mean ± sd over seeds)"), (True, "harness, other networks (n/c)")):
+            rows = other == hollow
+            if rows.any():
+                ax.errorbar(sub["harness_mean"][rows], y[rows] - 0.12, xerr=sub["harness_std"][rows], fmt="o",
+                            color=harness_color, mfc="white" if hollow else harness_color, capsize=3, label=label)
         ax.errorbar(sub["paper_mean"], [v + 0.12 for v in y], xerr=sub["paper_std"], fmt="s",
                     color=paper_color, capsize=3, label="published (mean ± sd where given)")
         ax.set_title(f"{q} (%)" if sub["metric"].iloc[0].endswith("_pct") else q)

@@ -44,6 +44,7 @@ def test_missing_data_directory_names_the_folder_and_files(tmp_path, capsys):
     assert code == 2
     assert f"mnist not found in {tmp_path / 'none' / 'MNIST' / 'raw'}" in err
     assert "train-images-idx3-ubyte" in err and "--data-dir" in err and "DARE_BENCH_DATA" in err
+    assert not (tmp_path / "out").exists()  # no folder of empty tables left behind
 
 
 def test_failed_download_is_one_line(tmp_path, capsys, monkeypatch):

@@ -118,6 +118,17 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     assert "unknown published table 'nope'" in capsys.readouterr().err
     assert main(["paper-table", "--out", str(out), "--published", "dare_table3", "--in-distribution", "mnist"]) == 2
     assert "no finished runs with in-distribution set 'mnist'" in capsys.readouterr().err
+    # report --compare-to: a published table by name (the same files), or a folder (here itself: all equal)
+    (out / "paper_table.md").unlink()
+    assert main(["report", "--out", str(out), "--no-plots", "--compare-to", "dare_table3"]) == 0
+    assert "88.6 ± 0.1" in (out / "paper_table.md").read_text()
+    assert main(["report", "--out", str(out), "--no-plots", "--compare-to", str(out)]) == 0
+    same = pd.read_csv(out / "compare_to_out.csv")
+    assert len(same) and (same["diff"] == 0).all() and same["within_reference_sd"].all()
+    capsys.readouterr()
+    assert main(["report", "--out", str(out), "--no-plots", "--compare-to", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--compare-to nope: neither a published table (dare_table3, ub_lenet5" in err
 
 
 def test_figure_rows_that_share_a_label_are_told_apart_by_what_differs():

@@ -10,7 +10,7 @@ import pytest
 from bench import api
 from bench.config import available_presets, load_preset
 from bench.errors import ConfigError
-from bench.reporting.paper import build_paper_table, format_markdown
+from bench.reporting.paper import build_paper_table, figure_rows, format_markdown
 from bench.reporting.published import PUBLISHED_METRICS, available_tables, load_published
 from bench.reporting.verdicts import INSIDE, NOT_COMPARABLE, OUTSIDE, format_verdict, verdict
 
@@ -138,6 +138,9 @@ def test_the_dare_table_judges_the_papers_mlp_and_not_lenet_members_or_heads_on_
     assert notes["mlp"] == "" and notes["wide"].endswith("(hidden=256-256, published 100-100-100)")
     assert notes["lenet"].endswith("(arch=lenet5, published mlp)")  # hidden is no option of lenet5: not named
     assert notes["trunk"].endswith("(trunk=lenet5, published none)")
+    names, other = figure_rows(build_paper_table(summary, load_published("dare_table3"), "fashion_mnist"))
+    assert list(other)[:4] == [False, True, True, True] and not any(other[4:])  # then the published rows not run
+    assert "(other networks" not in names[0] and all(n.endswith("\n(other networks: n/c)") for n in names[1:4])
 
 
 @pytest.mark.parametrize("name", available_tables())
