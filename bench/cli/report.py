@@ -30,7 +30,7 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
                         "noise of one seed's difference, beside the seed-to-seed t-interval")
     report.add_argument("--bootstrap-seed", metavar="S", default="0", help="seed of the bootstrap's resamples")
     report.add_argument("--compare-to", metavar="TABLE|FOLDER",
-                        help=f"also: a published table's name ({', '.join(available_tables())}): OUT's runs beside "
+                        help=f"also: a published table's name ({', '.join(available_tables())}) or CSV: OUT's runs beside "
                         "it, each cell with its verdict, in OUT/paper_table.csv, .md and .png (as paper-table "
                         "--published TABLE); or a results folder: OUT's paper table beside FOLDER's (both "
                         "paper_table.csv), cell by cell: each mean, the difference and whether it lies within "
@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare_to(out: Path, target: str) -> None:
-    """--compare-to: a published table by name, else another results folder."""
-    if target in available_tables():
+    """--compare-to: a published table by name or CSV path, else another results folder."""
+    if target in available_tables() or (target.endswith(".csv") and Path(target).is_file()):
         for path in api.paper_table(out, target, warn=warn):
             print(f"wrote {path}")
         return

@@ -8,7 +8,7 @@ import pytest
 
 from bench.cli.main import main
 from bench.reporting.paper import NOT_SCORED, build_paper_table
-from bench.reporting.published import load_published
+from bench.reporting.published import PUBLISHED_DIR, load_published
 
 QUIET = ["--no-download", "-q", "--no-plots"]
 TINY = ["--epochs", "2", "--val-size", "50", "-o", "members=2"]
@@ -122,6 +122,11 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     (out / "paper_table.md").unlink()
     assert main(["report", "--out", str(out), "--no-plots", "--compare-to", "dare_table3"]) == 0
     assert "88.6 ± 0.1" in (out / "paper_table.md").read_text()
+    (out / "paper_table.md").unlink()
+    own = tmp_path / "mine.csv"  # a user's own transcription, by path
+    own.write_text((PUBLISHED_DIR / "dare_table3.csv").read_text().replace("88.6", "77.7"))
+    assert main(["report", "--out", str(out), "--no-plots", "--compare-to", str(own)]) == 0
+    assert "77.7 ± 0.1" in (out / "paper_table.md").read_text()
     assert main(["report", "--out", str(out), "--no-plots", "--compare-to", str(out)]) == 0
     same = pd.read_csv(out / "compare_to_out.csv")
     assert len(same) and (same["diff"] == 0).all() and same["within_reference_sd"].all()
