@@ -43,7 +43,7 @@ from bench.options import describe, validate
 from bench.provenance import stamp
 from bench.reporting import star_tables
 from bench.reporting.published import load_published
-from bench.reporting.report import report_folder, report_paper_table, write_bootstrap
+from bench.reporting.report import report_folder, report_paper_table, rewrite_page, write_bootstrap
 from bench.store import RunStore, append_csv
 from bench.tables import FolderTables, config_columns, id_datasets, summarize, without_candidates
 from bench.training.perf import Work, matmul_peak_gflops, run_pack_perf, run_perf
@@ -323,15 +323,17 @@ class Reported:
 
 
 def report(out: str | Path, plots: bool = True, bootstrap: int = 0, bootstrap_seed: int = 0,
-           echo: Callable[[str], None] = print, warn: Callable[[str], None] = _warning) -> Reported:
+           echo: Callable[[str], None] = print, warn: Callable[[str], None] = _warning,
+           compare_to: str | None = None) -> Reported:
     """Rebuild a results folder's tables, summary.md and (``plots``) plots from its records, exactly
     like ``python -m bench report``; a star design's folder also gets its star tables. ``bootstrap``
     N > 0: also bootstrap.csv, a paired bootstrap over test samples (N resamples, seeded by
-    ``bootstrap_seed``) of each seed's difference to the deep ensemble. ``echo`` gets the summary
-    and a line per file written, ``warn`` a line per corrupt record."""
+    ``bootstrap_seed``) of each seed's difference to the deep ensemble. ``echo``: the summary and a line per
+    file written; ``warn``: a line per corrupt record; ``compare_to``: the paper table's published table."""
+    load_published(compare_to) if compare_to else None  # a bad name fails before anything is written
     store, tables = _tables(out, warn)
     runs = tables.runs
-    files = report_folder(store, tables, plots=plots, echo=echo)
+    files = report_folder(store, tables, plots=plots, echo=echo, compare_to=compare_to)
     if (store.out / DESIGN_FILE).is_file():  # a star design's folder: its tables and forest plot too
         presets = ", ".join(dict.fromkeys(map(str, runs.get("preset", [])))) or store.out.name  # as `ablate` titles it
         star = star_tables.write_star(store.out, runs, plots=plots, title=f"star design: preset {presets}")
@@ -344,13 +346,13 @@ def report(out: str | Path, plots: bool = True, bootstrap: int = 0, bootstrap_se
 
 def paper_table(out: str | Path, published: str | None = None, in_distribution: str | None = None,
                 echo: Callable[[str], None] = print, warn: Callable[[str], None] = _warning) -> list[Path]:
-    """The runs of a results folder beside a published table, as ``python -m bench paper-table``:
-    OUT/paper_table.csv, .md, .png. ``published``: a name or CSV path (default: the folder's preset's
-    compare_to); ``in_distribution``: default, OUT's. ``warn``: a line per corrupt record."""
+    """As ``bench paper-table``: OUT/paper_table.csv, .md, .png and the page. ``published``: a name or CSV
+    (default: the preset's compare_to); ``in_distribution``: default, OUT's; ``warn``: a line per corrupt record."""
     load_published(published) if published else None  # a bad name fails before anything is read
     store, tables = _tables(out, warn)
     runs = without_candidates(tables.runs)
-    return report_paper_table(store, runs, summarize(runs, tables.keys), published, in_distribution, echo=echo)
+    return (report_paper_table(store, runs, summarize(runs, tables.keys), published, in_distribution, echo=echo)
+            + [rewrite_page(store, runs, tables.keys)])  # the page shows the paper table
 
 
 def shift_table(out: str | Path, candidates: bool = False) -> pd.DataFrame:

@@ -47,9 +47,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     n_boot, boot_seed = (parse_count(args.bootstrap, "--bootstrap", 0),
                          parse_count(args.bootstrap_seed, "--bootstrap-seed", 0))
-    done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn)
-    if args.compare_to:
-        compare_to(Path(args.out), args.compare_to)
+    published = args.compare_to if args.compare_to and is_published_table(args.compare_to) else None
+    if args.compare_to and not published and not Path(args.compare_to).is_dir():
+        raise BenchError(f"--compare-to {args.compare_to}: neither a published table ({', '.join(available_tables())}) "
+                         "nor a results folder")
+    done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn,
+                      compare_to=published)
+    if args.compare_to and not published:
+        compared, path = write_comparison(Path(args.out), Path(args.compare_to))
+        print(f"{int(compared['within_reference_sd'].sum())} of {len(compared)} cells within one sd of "
+              f"{args.compare_to}'s; wrote {path}")
     if n_boot:
         table = done.bootstrap
         real = int(table["real"].sum()) if len(table) else 0
@@ -61,14 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_to(out: Path, target: str) -> None:
-    """--compare-to: a published table by name or CSV path, else another results folder."""
-    if target in available_tables() or (target.endswith(".csv") and Path(target).is_file()):
-        for path in api.paper_table(out, target, warn=warn):
-            print(f"wrote {path}")
-        return
-    if not Path(target).is_dir():
-        raise BenchError(f"--compare-to {target}: neither a published table ({', '.join(available_tables())}) nor a "
-                         "results folder")
-    table, path = write_comparison(out, Path(target))
-    print(f"{int(table['within_reference_sd'].sum())} of {len(table)} cells within one sd of {target}'s; wrote {path}")
+
+def is_published_table(target: str) -> bool:
+    """--compare-to names a published table (by name, or a CSV's path) rather than a results folder."""
+    return target in available_tables() or (target.endswith(".csv") and Path(target).is_file())

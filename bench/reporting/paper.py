@@ -75,7 +75,9 @@ def build_paper_table(summary: pd.DataFrame, published: PublishedTable, in_distr
     summary = summary.assign(_rank=summary["label"].map(lambda x: rank.get(x, len(rank))),
                              _off=off_main.map(len), _suffix=off_main.map(lambda v: "".join(f" {t}" for t in v)))
     summary = summary.sort_values(["_off", "_rank"], kind="stable").reset_index(drop=True)
-    summary["_networks"] = [networks_differ(r, published.protocol) for _, r in summary.iterrows()]
+    options = {published.label(m): wanted for m, wanted in published.options.items()}
+    summary["_networks"] = [networks_differ(r, published.protocol) or options_differ(r, options.get(r["label"], {}))
+                            for _, r in summary.iterrows()]
     quantities = _quantities(summary, cells)
     labelled = cells.assign(label=cells["method"].map(published.label))
     rows = []
@@ -132,6 +134,20 @@ def networks_differ(row: pd.Series, published: dict[str, str]) -> str:
     off = [f"{name}={value(name)}, published {wanted}" for name, wanted in published.items()
            if (name in own or name not in ARCH_OPTIONS) and value(name) != wanted]
     return f"{NETWORKS_DIFFER} (" + "; ".join(off) + ")" if off else ""
+
+
+OPTIONS_DIFFER = "method options differ from the published row's"
+
+
+def options_differ(row: pd.Series, wanted: dict[str, str]) -> str:
+    """Why a summary row's method options are not those the card pins for its published row
+    ('members=5, published 10'), or ''. An option the row does not hold (no such column) is not judged."""
+    def text(value) -> str:
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    off = [f"{name}={text(row.get(name))}, published {value}" for name, value in wanted.items()
+           if row.get(name) is not None and row.get(name) == row.get(name) and text(row.get(name)) != value]
+    return f"{OPTIONS_DIFFER} (" + "; ".join(off) + ")" if off else ""
 
 
 def _harness_cell(row: pd.Series, column: str, metric: str) -> dict:
@@ -198,7 +214,11 @@ def _selected(by_seed: str) -> str:
 def _cell(mean: float, std: float, n, digits: int = 1) -> str:
     if mean != mean:
         return "-"
-    spread = "" if std != std else f" ± {std:.{digits}f}"
+    if std == std and 0 < std < 0.5 * 10 ** -digits:  # a spread that would print as 0.0: its first figure
+        digits_sd = -math.floor(math.log10(std))
+        spread = f" ± {std:.{digits_sd}f}"
+    else:
+        spread = "" if std != std else f" ± {std:.{digits}f}"
     return f"{mean:.{digits}f}{spread}" + (f" ({n})" if n else "")
 
 
@@ -266,19 +286,22 @@ def _short_names(labels: list[str], variants: list[str]) -> list[str]:
 
 
 def figure_rows(table: pd.DataFrame) -> tuple[list[str], np.ndarray]:
-    """The figure's row names, one per config in order, and which configs trained other networks than
-    the published ones (any cell not comparable for that reason): those names say so."""
+    """The figure's row names, one per config in order, and which configs are not the published setup
+    (other networks, or other method options than the card pins: any cell not comparable for that
+    reason); those names say which."""
     configs = table.drop_duplicates("config")
     notes = table["verdict_note"].fillna("").astype(str)
-    other = configs["config"].map(notes.str.startswith(NETWORKS_DIFFER).groupby(table["config"]).any())
-    other = other.to_numpy(dtype=bool)
+    tags = {NETWORKS_DIFFER: "other networks", OPTIONS_DIFFER: "other options"}
+    tag = configs["config"].map(lambda c: next((t for start, t in tags.items()
+                                                if notes[table["config"] == c].str.startswith(start).any()), ""))
     names = _short_names(list(configs["label"]), list(configs["variant"]))
-    return [f"{name}\n(other networks: n/c)" if o else name for name, o in zip(names, other)], other
+    return ([f"{name}\n({t}: n/c)" if t else name for name, t in zip(names, tag)],
+            tag.astype(bool).to_numpy(dtype=bool))
 
 
 def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
     """Harness vs paper per method, one panel per quantity, mean ± sd error bars. The harness markers of
-    rows that trained other networks than the published ones are hollow, their names say so."""
+    rows that are not the published setup (other networks or method options) are hollow, their names say so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -295,7 +318,7 @@ def plot_paper_table(table: pd.DataFrame, path: Path, title: str) -> Path:
     for ax, q in zip(axes[0], quantities):
         sub = table[table["quantity"] == q].set_index("config").loc[configs["config"]]
         y = np.arange(len(sub))
-        for hollow, label in ((False, "harness (mean ± sd over seeds)"), (True, "harness, other networks (n/c)")):
+        for hollow, label in ((False, "harness (mean ± sd over seeds)"), (True, "harness, not the published setup (n/c)")):
             rows = other == hollow
             if rows.any():
                 ax.errorbar(sub["harness_mean"][rows], y[rows] - 0.12, xerr=sub["harness_std"][rows], fmt="o",
@@ -358,12 +381,16 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     if in_distribution not in set(summary.get("id_dataset", [])):
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
+    if in_distribution not in set(published.cells["in_distribution"]):
+        raise ConfigError(f"published table {published.name} has no cells with in-distribution set '{in_distribution}' "
+                          f"(it has {', '.join(dict.fromkeys(published.cells['in_distribution']))}): no paper table written")
     unscored = {reason.split(":")[0] for reason in skipped or []}  # an OOD set the runs could not score
     table = build_paper_table(summary, published, in_distribution, runs, unscored)
-    write_csv(table, out / "paper_table.csv")
     notes = _notes(table, published, in_distribution, runs is not None)
     notes += [f"Skipped OOD set: {s}" for s in skipped or []]
-    (out / "paper_table.md").write_text(format_markdown(table, published.paired_with) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+    markdown = format_markdown(table, published.paired_with) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    write_csv(table, out / "paper_table.csv")
+    (out / "paper_table.md").write_text(markdown)
     files = [out / "paper_table.csv", out / "paper_table.md"]
     figures = [] if table.empty else [plot_paper_table(table, out / "paper_table.png",
                                                        f"{in_distribution} in distribution: harness vs {published.name}")]

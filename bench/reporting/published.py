@@ -24,7 +24,7 @@ from bench.errors import ConfigError
 PUBLISHED_DIR = Path(__file__).parent.parent / "published"
 PUBLISHED_COLUMNS = {"in_distribution", "ood_set", "method", "metric", "mean", "std", "n_seeds", "source"}
 CARD_KEYS = {"title", "paper", "link", "presets", "conventions", "left_open", "labels", "not_run", "paired_with",
-             "protocol"}
+             "protocol", "options"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,8 @@ class PublishedTable:
     not_run: dict[str, str] = dataclasses.field(default_factory=dict)  # published method -> why no harness row
     paired_with: tuple[str, ...] = ()  # harness labels each row is paired with, seed by seed
     protocol: dict[str, str] = dataclasses.field(default_factory=dict)  # Protocol field -> the published runs' value
+    # published method -> {method option: value} its runs used (members = 10): a row with others gets no verdict
+    options: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     def label(self, method: str) -> str:
         """The harness row label of a published method (the card's ``labels``; else the same name)."""
@@ -99,7 +101,12 @@ def load_published(name_or_path: str) -> PublishedTable:
                         std=pd.to_numeric(text["std"].replace("", math.nan)),
                         n_seeds=pd.to_numeric(text["n_seeds"].replace("", math.nan)),
                         resolution=text["mean"].map(_resolution))
-    return PublishedTable(path.stem, cells, **_card(path.with_suffix(".toml")))
+    card = _card(path.with_suffix(".toml"))
+    unknown = sorted(set(card.get("options", {})) - set(cells["method"]))
+    if unknown:
+        raise ConfigError(f"published table card {path.with_suffix('.toml')}: [options] names {', '.join(unknown)}, "
+                          f"not a method of its table (methods: {', '.join(dict.fromkeys(cells['method']))})")
+    return PublishedTable(path.stem, cells, **card)
 
 
 def _resolution(value: str) -> float:
@@ -126,4 +133,5 @@ def _card(path: Path) -> dict:
         raise ConfigError(f"published table card {path}: [protocol] names {', '.join(unknown)}, not a protocol field "
                           f"(known: {', '.join(sorted(fields))})")
     card["protocol"] = {k: str(v) for k, v in card.get("protocol", {}).items()}
+    card["options"] = {m: {k: str(v) for k, v in values.items()} for m, values in card.get("options", {}).items()}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in card.items()}

@@ -129,12 +129,15 @@ def format_summary(summary, markdown: bool = False) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [header] + lines)
 
 
-def report_folder(store: RunStore, tables: FolderTables, plots: bool = True, echo=print) -> list:
+def report_folder(store: RunStore, tables: FolderTables, plots: bool = True, echo=print,
+                  compare_to: str | None = None) -> list:
     """The report of every run in a results folder (selection candidates left out: their selection
-    stands for them), with the paper table of the first shipped preset among the runs that names one.
-    Every command that renders a folder renders it this way, so the same records give the same files."""
+    stands for them), with the paper table of ``compare_to`` (a published table's name or CSV), by
+    default that of the first shipped preset among the runs that names one. Every command that renders
+    a folder renders it this way, so the same records give the same files."""
     runs = without_candidates(sorted_runs(tables.runs))
-    return write_report(store, runs, tables.keys, tables.shift, plots, compare_to=preset_table(runs), echo=echo)
+    return write_report(store, runs, tables.keys, tables.shift, plots, compare_to=compare_to or preset_table(runs),
+                        echo=echo)
 
 
 def preset_table(runs: pd.DataFrame) -> str | None:
@@ -280,3 +283,12 @@ def report_paper_table(store, runs, summary, published: str | None, in_distribut
     _, files = write_paper_table(summary, store.out, published, in_distribution, skipped_sets(runs), runs)
     echo((store.out / "paper_table.md").read_text().rstrip())  # the table and the notes under it
     return files
+
+
+def rewrite_page(store: RunStore, runs: pd.DataFrame, keys: list) -> Path:
+    """OUT/index.html again, as ``write_report`` writes it, after a command that changed a table the
+    page shows (paper-table) without the rest of the report."""
+    runs = sorted_runs(runs)
+    groups = protocol_groups(runs)
+    pages = [(group, summarize(group.runs, keys)) for group in groups]
+    return write_page(store.out, runs, pages, [paired_differences(group.runs, keys) for group in groups])

@@ -13,7 +13,8 @@ The interval is the 95 % t-interval of the difference d = harness mean - publish
 The interval is widened on both sides by the published number's rounding (half a unit of its last
 digit). ``inside`` when it holds 0, ``outside`` (by how much, with the interval) when it does not;
 ``not comparable`` (and why) without a published number, without harness runs, with one seed (no
-spread to judge by), or when the runs trained other networks than the published ones (``incomparable``).
+spread to judge by), or when the runs are not the published setup: other networks or method options
+(``incomparable``).
 """
 from __future__ import annotations
 

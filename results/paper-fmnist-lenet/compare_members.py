@@ -13,7 +13,7 @@ distance for DE (MSE) and DARE, predictive entropy for DE (NLL)), the paired dif
 (MSE) and DARE − DE (NLL) seed by seed, mean and 95 % t-interval; then the change of DARE − DE (MSE)
 from the MLP to each of the other two, paired by seed. ``real`` marks an interval that excludes 0.
 
-    python results/paper-fmnist-lenet/compare_members.py    # -> results/paper-fmnist-lenet/edges.csv
+    python results/paper-fmnist-lenet/compare_members.py    # -> edges.csv, rows.csv (each version's rows)
 """
 from pathlib import Path
 
@@ -74,10 +74,29 @@ def edges(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def row_values(runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Each version's rows: seeds, then mean and sd over them of ID accuracy, AUROC vs MNIST (the
+    row's own score) and ID NLL (what the README's table quotes)."""
+    rows = []
+    for version, frame in runs.items():
+        for label in ROWS:
+            values = {"ID accuracy": by_seed(frame, label, "id_acc"), "AUROC vs MNIST": by_seed(frame, label, "auroc"),
+                      "ID NLL": by_seed(frame, label, "id_nll_nats")}
+            row = {"version": version, "row": label, "n": len(values["ID accuracy"])}
+            for metric, v in values.items():
+                row |= {f"{metric} mean": v.mean(), f"{metric} sd": v.std()}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
-    table = edges(versions())
+    runs = versions()
+    table = edges(runs)
     table.to_csv(HERE / "edges.csv", index=False, float_format="%.6g")
     print(table.to_string(index=False, float_format=lambda v: f"{v:+.4f}"))
+    values = row_values(runs)
+    values.to_csv(HERE / "rows.csv", index=False, float_format="%.6g")
+    print(values.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 
 if __name__ == "__main__":

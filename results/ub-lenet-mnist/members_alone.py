@@ -4,8 +4,9 @@ A 10-member deep ensemble's member m of seed s draws its init and data order fro
 (s, m), as a single network of seed s does for m = 0, and computes the same in any pack up to fused
 Adam's rounding of a tensor's last elements (docs/architectures.md: member 0 of two packs of two or
 more networks agree bitwise; the last member of a pack, or a run alone, can differ). This script checks
-that on the stored weights (member 0 of each seed's ensemble against the single network of that seed,
-every parameter, bitwise), then scores each
+that on the stored weights where both are here (member 0 of each seed's ensemble against the single
+network of that seed, every parameter, bitwise: equal unless the single network was the last of its
+pack; it prints how many checks it could make), then scores each
 member alone on the ID test split: accuracy, NLL and ECE with 10 bins of its own softmax. The
 members are 10 single networks per seed: with 3 seeds, 30 draws of the Deterministic row instead of
 3, beside the published value with the verdict rule of bench.reporting.verdicts.
@@ -73,11 +74,14 @@ def kept_rows(scored_seeds: set[int]) -> list[dict]:
 
 def main() -> None:
     ensembles, singles = records("deep_ensemble"), records("single_network")
-    checks = []
+    checks = 0
     for seed in sorted(set(ensembles) & set(singles)):
         de, alone = weights(ensembles[seed]), weights(singles[seed])
-        checks.append(all(torch.equal(de[k][0], alone[k][0]) for k in alone))
-        print(f"seed {seed}: member 0 of the ensemble equals the single network trained alone, bitwise: {checks[-1]}")
+        checks += 1
+        print(f"seed {seed}: member 0 of the ensemble equals the single network, bitwise: "
+              f"{all(torch.equal(de[k][0], alone[k][0]) for k in alone)}")
+    print(f"{checks} bitwise checks (member 0 of a seed's ensemble against its single network"
+          + (")" if checks else "): no seed has both networks' weights here"))
     scored = [row for seed in sorted(ensembles) for row in member_rows(ensembles[seed])]
     table = pd.DataFrame(kept_rows(set(ensembles)) + scored).sort_values(["seed", "member"])
     table.to_csv(FOLDER / "members_alone.csv", index=False, float_format="%.10g")
@@ -89,8 +93,6 @@ def main() -> None:
         result = verdict(values.mean(), values.std(ddof=1), len(values), cell["mean"], resolution=cell["resolution"])
         print(f"{cell['metric']}: {values.mean():.4f} ± {values.std(ddof=1):.4f} ({len(values)} members) "
               f"vs published {cell['mean']}: {format_verdict(result, 3)}")
-    if not all(checks):
-        raise SystemExit("a member differs from its single network: the members are not single networks")
 
 
 if __name__ == "__main__":

@@ -127,10 +127,19 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     own.write_text((PUBLISHED_DIR / "dare_table3.csv").read_text().replace("88.6", "77.7"))
     assert main(["report", "--out", str(out), "--no-plots", "--compare-to", str(own)]) == 0
     assert "77.7 ± 0.1" in (out / "paper_table.md").read_text()
+    assert "77.7 ± 0.1" in (out / "index.html").read_text()  # the page shows the table compared to
+    assert main(["paper-table", "--out", str(out), "--published", "dare_table3"]) == 0
+    assert "77.7" not in (out / "index.html").read_text() and "88.6 ± 0.1" in (out / "index.html").read_text()
     assert main(["report", "--out", str(out), "--no-plots", "--compare-to", str(out)]) == 0
     same = pd.read_csv(out / "compare_to_out.csv")
     assert len(same) and (same["diff"] == 0).all() and same["within_reference_sd"].all()
     capsys.readouterr()
+    before = (out / "paper_table.csv").read_bytes()
+    mnist_only = tmp_path / "mnist_only.csv"  # a table of another in-distribution set: refused, nothing rewritten
+    mnist_only.write_text("in_distribution,ood_set,method,metric,mean,std,n_seeds,source\nmnist,,DE (NLL),accuracy_pct,99.0,,,x\n")
+    assert main(["paper-table", "--out", str(out), "--published", str(mnist_only)]) == 2
+    assert "has no cells with in-distribution set 'fashion_mnist' (it has mnist)" in capsys.readouterr().err
+    assert (out / "paper_table.csv").read_bytes() == before
     assert main(["report", "--out", str(out), "--no-plots", "--compare-to", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--compare-to nope: neither a published table (dare_table3, ub_lenet5" in err
@@ -184,3 +193,11 @@ def test_paper_table_pairs_each_row_with_de_nll_and_de_mse_seed_by_seed(tmp_path
                                                                  "this value")
     assert "(n=2)" in format_markdown(short)
     assert "paired with DE (MSE): seeds 2 without a finished reference run" in (tmp_path / "paper_table.md").read_text()
+
+
+def test_a_spread_that_rounds_to_zero_shows_its_first_figure():
+    from bench.reporting.paper import _cell
+    assert _cell(99.08, 0.049, 3) == "99.1 ± 0.05 (3)"  # not "± 0.0" beside an interval of ± 0.3
+    assert _cell(0.0101, 0.0004, 2, digits=3) == "0.010 ± 0.0004 (2)"
+    assert _cell(89.1, 0.17, 5) == "89.1 ± 0.2 (5)" and _cell(99.0, 0.0, 3) == "99.0 ± 0.0 (3)"
+    assert _cell(float("nan"), 0.1, 3) == "-" and _cell(1.0, float("nan"), 0) == "1.0"

@@ -94,6 +94,9 @@ def test_a_published_table_with_an_unknown_metric_or_card_key_is_refused_in_one_
     (tmp_path / "bad.toml").write_text('[protocol]\narchitecture = "mlp"\n')
     with pytest.raises(ConfigError, match="names architecture, not a protocol field"):
         load_published(str(bad))
+    (tmp_path / "bad.toml").write_text('[options.Y]\nmembers = 5\n')
+    with pytest.raises(ConfigError, match=r"\[options\] names Y, not a method of its table \(methods: X\)"):
+        load_published(str(bad))
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -123,6 +126,21 @@ def test_rows_of_other_networks_than_the_published_ones_stand_beside_it_without_
     # the published number is there but the runs' records lack the metric (records older than it)
     nll = table[table["quantity"] == "ID NLL (nats)"].set_index("variant")
     assert nll.loc["a", "verdict_note"].startswith("not in these runs' records")
+
+
+def test_a_row_with_other_method_options_than_the_card_pins_gets_no_verdict():
+    row = {"label": "DE (NLL)", "id_dataset": "mnist", "ood_sets": "fashion_mnist", "primary_score": "pred_entropy",
+           "n": 3, "id_acc_mean": 0.9943, "id_acc_std": 0.0005, "arch": "lenet5_same"}
+    summary = pd.DataFrame([{**row, "variant": "ten", "members": 10.0}, {**row, "variant": "five", "members": 5.0},
+                            {**row, "label": "VI", "variant": "vi", "members": 1}])
+    table = build_paper_table(summary, load_published("ub_lenet5"), "mnist")
+    acc = table[table["quantity"] == "ID accuracy"]
+    acc = acc.set_index(acc["variant"].str.split().str[0])
+    assert acc.loc["ten", "verdict"] == INSIDE and acc.loc["vi", "verdict"] != NOT_COMPARABLE  # VI: members = 1, as pinned
+    assert acc.loc["five", "verdict"] == NOT_COMPARABLE
+    assert acc.loc["five", "verdict_note"] == "method options differ from the published row's (members=5, published 10)"
+    names, other = figure_rows(table)
+    assert list(other[:3]) == [False, True, False] and names[1].endswith("\n(other options: n/c)")
 
 
 def test_the_dare_table_judges_the_papers_mlp_and_not_lenet_members_or_heads_on_a_trunk():
