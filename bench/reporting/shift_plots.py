@@ -89,15 +89,20 @@ def shift_heatmaps(path: Path, view: ProtocolView) -> None:
     plt.close(fig)
 
 
+def gallery_rows(datasets: list[str], names: list[str]) -> list[tuple[str, str]]:
+    """(ID dataset, shift) per gallery row, then (dataset, "OOD"): a shift of one ID dataset only
+    (scikit-learn's digits: MNIST) has no row for the others."""
+    return ([(d, n) for d in datasets for n in names if shifts.SHIFTS[n].applies_to(d)]
+            + [(d, "OOD") for d in datasets])
+
+
 def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path, seed: int = 0) -> Path:
     """One ID test image of each ID dataset in the folder under every shift and level (a row per
     shift), and the generated OOD sets' first image."""
     records, _ = store.scan()
     datasets = id_datasets(records)
-    names = names or list(shifts.SHIFTS)
-    width = max(len(shifts.SHIFTS[n].levels) for n in names)
-    rows = [(d, n) for d in datasets for n in names] + [(d, "OOD") for d in datasets]
-    width = max(width, len(ood_sets.generated()))
+    rows = gallery_rows(datasets, names or list(shifts.SHIFTS))
+    width = max([len(shifts.SHIFTS[n].levels) for _, n in rows if n != "OOD"] + [len(ood_sets.generated())])
     fig, axes = plt.subplots(len(rows), width + 1, figsize=(0.75 * (width + 1), 0.82 * len(rows)), squeeze=False)
     for r, (dataset, name) in enumerate(rows):
         test = load_images(Path(data_dir), dataset, False, False)[0].numpy()

@@ -176,3 +176,10 @@ def test_a_copy_of_the_digits_other_than_the_recorded_one_is_one_clear_error(mon
     rendered.sklearn_digits.cache_clear()
     images, labels = rendered.sklearn_digits()
     assert images.shape == (1797, 28, 28) and images.dtype == np.float32 and np.bincount(labels).min() >= 170
+
+
+def test_the_gallery_has_no_row_for_a_shift_that_does_not_apply_to_a_dataset():
+    from bench.reporting.shift_plots import gallery_rows
+    assert gallery_rows(["fashion_mnist"], ["sklearn_digits", "rotation"]) == [("fashion_mnist", "rotation"),
+                                                                               ("fashion_mnist", "OOD")]
+    assert gallery_rows(["mnist"], ["sklearn_digits"]) == [("mnist", "sklearn_digits"), ("mnist", "OOD")]
