@@ -299,7 +299,7 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     tables = store.write_tables()
     if plots:
         from bench.reporting.figures import write_shift_gallery  # matplotlib: only when a figure is drawn
-        echo(f"wrote {write_shift_gallery(store, names, data, shift_seed)}")
+        write_shift_gallery(store, names, data, shift_seed, ood, echo)
     report_folder(store, tables, plots=plots, echo=echo)  # summary.md too, as run and report --no-plots
     return done
 

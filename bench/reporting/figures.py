@@ -203,9 +203,12 @@ def record_figures(out: Path, writer: str, files: Iterable[Path], unrecorded: It
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
-def write_shift_gallery(store: RunStore, names: list[str], data_dir: Path, seed: int) -> Path:
-    """shift_gallery.png (``bench evaluate``), recorded under "evaluate" so that it does not outlive a
-    later call."""
-    gallery = shift_plots.shift_gallery(store.out / "shift_gallery.png", store, names, data_dir, seed)
-    record_figures(store.out, "evaluate", [gallery])
+def write_shift_gallery(store: RunStore, names: list[str], data_dir: Path, seed: int,
+                        ood: list[str] | None = None, echo=print) -> Path | None:
+    """shift_gallery.png (``bench evaluate``; ``ood``: the OOD sets it scored), recorded under "evaluate"
+    so that it does not outlive a later call; None (and an older gallery removed) with nothing to show."""
+    gallery = shift_plots.shift_gallery(store.out / "shift_gallery.png", store, names, data_dir, seed, ood)
+    record_figures(store.out, "evaluate", [gallery] if gallery else [])
+    if gallery:
+        echo(f"wrote {gallery}")
     return gallery

@@ -89,20 +89,25 @@ def shift_heatmaps(path: Path, view: ProtocolView) -> None:
     plt.close(fig)
 
 
-def gallery_rows(datasets: list[str], names: list[str]) -> list[tuple[str, str]]:
-    """(ID dataset, shift) per gallery row, then (dataset, "OOD"): a shift of one ID dataset only
-    (scikit-learn's digits: MNIST) has no row for the others."""
+def gallery_rows(datasets: list[str], names: list[str], generated: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(ID dataset, shift) per gallery row, then (dataset, "OOD") where ``generated`` OOD sets are shown:
+    a shift of one ID dataset only (scikit-learn's digits: MNIST) has no row for the others."""
     return ([(d, n) for d in datasets for n in names if shifts.SHIFTS[n].applies_to(d)]
-            + [(d, "OOD") for d in datasets])
+            + [(d, "OOD") for d in datasets if generated])
 
 
-def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path, seed: int = 0) -> Path:
+def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path, seed: int = 0,
+                  ood: list[str] | None = None) -> Path | None:
     """One ID test image of each ID dataset in the folder under every shift and level (a row per
-    shift), and the generated OOD sets' first image."""
+    shift), and the first image of each generated OOD set among ``ood`` (None: all of them). None when
+    there is nothing to show."""
     records, _ = store.scan()
     datasets = id_datasets(records)
-    rows = gallery_rows(datasets, names or list(shifts.SHIFTS))
-    width = max([len(shifts.SHIFTS[n].levels) for _, n in rows if n != "OOD"] + [len(ood_sets.generated())])
+    generated = tuple(n for n in ood_sets.generated() if ood is None or n in ood)
+    rows = gallery_rows(datasets, names or list(shifts.SHIFTS), generated)
+    if not rows:
+        return None
+    width = max([len(shifts.SHIFTS[n].levels) for _, n in rows if n != "OOD"] + [len(generated), 1])
     fig, axes = plt.subplots(len(rows), width + 1, figsize=(0.75 * (width + 1), 0.82 * len(rows)), squeeze=False)
     for r, (dataset, name) in enumerate(rows):
         test = load_images(Path(data_dir), dataset, False, False)[0].numpy()
@@ -110,7 +115,7 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
         axes[r][0].text(1.0, 0.5, f"{name}\n({dataset})" if len(datasets) > 1 else name, ha="right", va="center",
                         fontsize=6.5, transform=axes[r][0].transAxes)
         if name == "OOD":
-            cells = [(f"{n}", ood_sets.generate(n, test)[0]) for n in ood_sets.generated()]  # as scored
+            cells = [(f"{n}", ood_sets.generate(n, test)[0]) for n in generated]  # as scored
         else:
             spec = shifts.SHIFTS[name]
             cells = [(f"{lv:g}" if spec.unit else "", shifts.shifted(images, name, lv, seed)[0]) for lv in spec.levels]
