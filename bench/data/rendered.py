@@ -13,8 +13,8 @@ a seeded stream: the letter, the font, the glyph size (12-22 pixels em) and the 
 anywhere in the frame with a 1-pixel margin where it fits). A notMNIST-like near-OOD set; unlike
 notMNIST (Bulatov, 2011: about 19,000 small images cut from some 500 fonts, decorative ones
 included, each glyph scaled to fill the frame, dark letters on white), it has 20 plain text fonts,
-varied sizes and positions and MNIST's polarity. Rendering 10,000 images takes about a second; a
-process keeps them (``functools.cache``), and ``LETTERS_SHA256`` checks that the FreeType of the
+varied sizes and positions and MNIST's polarity. Rendering 10,000 images takes 1-3 s; the image
+cache keeps them on disk and a process in memory (``functools.cache``), and ``LETTERS_SHA256`` checks that the FreeType of the
 installed matplotlib draws the images this table was made with.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.data.image_cache import ImageCache, resolve_cache_dir
 from bench.errors import DataError
 
 SIDE = 28
@@ -37,6 +38,7 @@ FONTS = tuple(f"{family}{style}.ttf" for family in ("DejaVuSans", "DejaVuSansMon
                             "-BoldOblique" if family != "DejaVuSerif" else "-BoldItalic")) + (
     "STIXGeneral.ttf", "STIXGeneralBol.ttf", "STIXGeneralItalic.ttf", "STIXGeneralBolIta.ttf",
     "cmr10.ttf", "cmb10.ttf", "cmss10.ttf", "cmtt10.ttf")
+RENDER_VERSION = 1  # raised when letters() draws otherwise: cached sets are drawn again
 RECORDED_WITH_FREETYPE = "2.14.3"  # matplotlib 3.11.2's: the FreeType that drew LETTERS_SHA256's images
 LETTERS_SHA256 = "ecec1eefe7b9b2d4d7ade719808ca4eed5cc8ae1d460fc4c5d60e2ab537c7249"
 
@@ -71,16 +73,24 @@ def place(bitmap: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 @functools.cache
 def letters(n: int = N_LETTERS, seed: int = LETTERS_SEED) -> tuple[np.ndarray, np.ndarray]:
     """``n`` letter images (n, 28, 28) uint8 in 0-255 and their labels (n,) 0-9, the same for the
-    same (n, seed) wherever matplotlib ships the same fonts and FreeType."""
+    same (n, seed) wherever matplotlib ships the same fonts and FreeType. The images are kept in the
+    image cache (bench.data.image_cache: $DARE_BENCH_CACHE, else ~/.cache/dare-bench; keyed by n,
+    seed, fonts, matplotlib and FreeType), so a later process reads them instead of drawing them."""
+    import matplotlib
     from matplotlib import ft2font
 
-    fonts = [ft2font.FT2Font(str(font_dir() / name)) for name in FONTS]
     rng = np.random.default_rng([seed, 0x1E77E55])
-    labels = rng.integers(0, len(LETTERS), size=n)
-    faces = rng.integers(0, len(fonts), size=n)
-    sizes = rng.integers(SIZES[0], SIZES[1] + 1, size=n)
-    images = np.stack([place(glyph(fonts[f], LETTERS[k], int(s)), rng) for k, f, s in zip(labels, faces, sizes)])
-    return images, labels
+    labels = rng.integers(0, len(LETTERS), size=n)  # the stream's first draw: no rendering needed
+
+    def draw() -> np.ndarray:
+        fonts = [ft2font.FT2Font(str(font_dir() / name)) for name in FONTS]
+        faces = rng.integers(0, len(fonts), size=n)
+        sizes = rng.integers(SIZES[0], SIZES[1] + 1, size=n)
+        return np.stack([place(glyph(fonts[f], LETTERS[k], int(s)), rng) for k, f, s in zip(labels, faces, sizes)])
+
+    key = {"set": "letters", "n": n, "seed": seed, "fonts": FONTS, "sizes": SIZES, "version": RENDER_VERSION,
+           "matplotlib": matplotlib.__version__, "freetype": ft2font.__freetype_version__}
+    return ImageCache(resolve_cache_dir(None)).load_or_build(f"letters-{n}-seed{seed}", key, draw), labels
 
 
 def checksum(images: np.ndarray, labels: np.ndarray, dtype: type = np.uint8) -> str:

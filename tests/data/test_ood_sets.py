@@ -1,5 +1,7 @@
 """The OOD sets as a table: a set added as one row plus its reader is scored like the built-in ones;
 names are checked in one place; a set that cannot be had is an error or a note."""
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -103,8 +105,15 @@ def test_letters_are_rendered_from_matplotlibs_fonts_the_same_every_time(monkeyp
     assert (images.reshape(len(images), -1).max(axis=1) > 200).all()  # every image has a glyph
     assert (images[:, 0, :] == 0).mean() > 0.99 and (images[:, :, -1] == 0).mean() > 0.99  # the margin, where it fits
     small, small_labels = rendered.letters(50, seed=1)
-    again = rendered.letters.__wrapped__(50, seed=1)  # rendered anew, not the cache's copy
+    session_cache = os.environ["DARE_BENCH_CACHE"]  # tests/conftest.py's folder, never ~/.cache
+    monkeypatch.setenv("DARE_BENCH_CACHE", "none")
+    again = rendered.letters.__wrapped__(50, seed=1)  # rendered anew, not a cache's copy
     assert np.array_equal(small, again[0]) and np.array_equal(small_labels, again[1])
+    monkeypatch.setenv("DARE_BENCH_CACHE", session_cache)
+    monkeypatch.setattr(rendered, "glyph", lambda *a: (_ for _ in ()).throw(AssertionError("drawn again")))
+    kept = rendered.letters.__wrapped__(50, seed=1)  # another process: read from the disk cache, not drawn
+    assert np.array_equal(small, kept[0]) and np.array_equal(small_labels, kept[1]) and kept[0].dtype == np.uint8
+    monkeypatch.undo()
     assert not np.array_equal(small, rendered.letters(50, seed=2)[0])
     if ft2font.__freetype_version__ == rendered.RECORDED_WITH_FREETYPE:  # another FreeType may draw other pixels
         assert rendered.checksum(images, labels) == rendered.LETTERS_SHA256

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from bench.cli.main import main
-from bench.data import shifts
+from bench.data import rendered, shifts
 
 GRID = ["--seeds", "0", "1", "--epochs", "2", "--val-size", "50", "--hidden", "16", "--early-stop-acc", "none",
         "--lr", "0.005", "--no-download", "--no-plots", "-q", "-o", "members=2", "-o", "mc_dropout.passes=3",
@@ -97,6 +97,9 @@ def test_evaluate_twice_gives_the_same_records_the_second_time_from_the_shift_ca
     assert records() == first
     assert main([*args, "--cache-dir", "none"]) == 0  # drawn afresh: the same
     assert records() == first
+    rendered.letters.cache_clear()  # as in a new process: the letters go to --cache-dir's folder too
+    assert main([*args[:-4], "--ood-sets", "letters", "--shifts", "none", "--cache-dir", str(cache)]) == 0
+    assert len(list(cache.glob("letters-10000-seed0-*.npz"))) == 1
 
 
 def test_a_run_without_weights_is_named_in_one_line(stored, tiny_data, tmp_path, capsys):
