@@ -31,7 +31,7 @@ from bench.config import (N_CLASSES, Execution, available_presets, load_preset, 
                           make_run_config, overridden, protocol_help)
 from bench.data import ood_sets as ood_suite, shifts as shift_suite
 from bench.data.files import load_images, resolve_data_dir
-from bench.data.image_cache import resolve_cache_dir
+from bench.data.image_cache import readers_cache_dir, resolve_cache_dir
 from bench.design.grid import OPTION_FLAG, SELECT_FLAG, Assignment, GridItem, expand_grid
 from bench.design.star import (DESIGN_FILE, SCORE_KNOB, expand_star, parse_vary, preset_settings, read_design,
                                write_design)
@@ -285,17 +285,17 @@ def evaluate(out: str | Path, data_dir: str | Path | None = None, ood_sets: str 
     """Score the runs of ``out`` again from their stored weights, exactly like ``python -m bench
     evaluate`` (bench.execution.rescoring): ``ood_sets`` 'suite', 'none' or comma-separated names; ``shifts``
     'all', 'none', a family or names. ``threads``: torch threads (default: each run's own, which
-    exact reproduction needs). ``cache_dir``: where the shift suite's levels are kept (default
-    $DARE_BENCH_CACHE, else ~/.cache/dare-bench; 'none': off). Rewrites the records and the folder's
-    tables and summary.md (``plots``: and its figures). Returns what was scored (``bench.execution.rescoring.Evaluated``)."""
+    exact reproduction needs). ``cache_dir``: where shift levels and letters are kept (default $DARE_BENCH_CACHE,
+    else ~/.cache/dare-bench; 'none': off). Rewrites the records, tables and summary.md (``plots``: figures too)."""
     names = shift_suite.parse_shifts(shifts)
     store = RunStore.existing(Path(out))
     records, _ = store.scan(scores=False)  # a run whose scores are damaged is scored, so its dataset counts
     ood = parse_ood_sets(ood_sets, id_datasets(records))
     make_execution({"device": device}).torch_device()  # one line if cuda is asked for and absent
     data = resolve_data_dir(data_dir)
-    done = rescore_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
-                          threads, resolve_cache_dir(None if cache_dir is None else str(cache_dir)))
+    with readers_cache_dir(cache_dir):  # the letters' reader takes the folder from the environment
+        done = rescore_folder(Path(out), data, ood, names, shift_seed, candidates, download, progress, device, echo,
+                              threads, resolve_cache_dir(None if cache_dir is None else str(cache_dir)))
     tables = store.write_tables()
     if plots:
         from bench.reporting.figures import write_shift_gallery  # matplotlib: only when a figure is drawn

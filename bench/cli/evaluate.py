@@ -3,15 +3,12 @@ the shift suite (bench.api.evaluate; bench.execution.rescoring)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from unittest import mock
 
 from bench import api
 from bench.cli.arguments import DATA_DIR_HELP, DEFAULT_REPORT_OUT, add_command, parse_count
 from bench.cli.printing import plural
 from bench.data import ood_sets, shifts
-from bench.data.image_cache import CACHE_ENV
 
 
 def suite_rest() -> list[str]:
@@ -76,11 +73,9 @@ def add_parser(sub, preset: str | None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     seed = parse_count(args.shift_seed, "--shift-seed", 0)
     threads = parse_count(args.threads, "--threads", 1) if args.threads else None
-    # the letters' reader takes the cache folder from the environment: --cache-dir sets it for this call
-    with mock.patch.dict(os.environ, {} if args.cache_dir is None else {CACHE_ENV: args.cache_dir}):
-        done = api.evaluate(args.out, args.data_dir, args.ood_sets, args.shifts, seed, args.candidates,
-                            not args.no_download, not args.quiet, args.device, threads, plots=not args.no_plots,
-                            cache_dir=args.cache_dir)
+    done = api.evaluate(args.out, args.data_dir, args.ood_sets, args.shifts, seed, args.candidates,
+                        not args.no_download, not args.quiet, args.device, threads, plots=not args.no_plots,
+                        cache_dir=args.cache_dir)
     for line in done.differing:
         print(f"warning: re-scored metrics differ from the record: {line}", file=sys.stderr)
     for name, why in done.skipped.items():

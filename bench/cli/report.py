@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
                          parse_count(args.bootstrap_seed, "--bootstrap-seed", 0))
     published = args.compare_to if args.compare_to and is_published_table(args.compare_to) else None
     if args.compare_to and not published and not Path(args.compare_to).is_dir():
-        raise BenchError(f"--compare-to {args.compare_to}: neither a published table ({', '.join(available_tables())}) "
-                         "nor a results folder")
+        names = ", ".join(available_tables())
+        raise BenchError(f"--compare-to {args.compare_to}: no published table of that name ({names}), and no such "
+                         "file or results folder")
     done = api.report(args.out, plots=not args.no_plots, bootstrap=n_boot, bootstrap_seed=boot_seed, warn=warn,
                       compare_to=published)
     if args.compare_to and not published:
@@ -68,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def is_published_table(target: str) -> bool:
     """--compare-to names a published table (by name, or a CSV's path) rather than a results folder."""
-    return target in available_tables() or (target.endswith(".csv") and Path(target).is_file())
+    return target in available_tables() or Path(target).is_file()

@@ -20,6 +20,7 @@ Where: ``--cache-dir``, else ``$DARE_BENCH_CACHE``, else ``$XDG_CACHE_HOME/dare-
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -50,6 +51,22 @@ def resolve_cache_dir(flag: str | None) -> Path | None:
     if str(chosen).strip() == "":
         raise ConfigError("cache folder: an empty path (give a folder, or 'none' to turn the cache off)")
     return None if str(chosen) == OFF else Path(chosen)
+
+
+@contextlib.contextmanager
+def readers_cache_dir(flag: str | Path | None):
+    """--cache-dir for the readers that take the cache folder from the environment (the rendered
+    letters), set for the call and as it was after; nothing changes without a flag."""
+    before = os.environ.get(CACHE_ENV)
+    if flag is not None:
+        os.environ[CACHE_ENV] = str(flag)
+    try:
+        yield
+    finally:
+        if flag is not None and before is None:
+            os.environ.pop(CACHE_ENV, None)
+        elif flag is not None:
+            os.environ[CACHE_ENV] = before
 
 
 class ImageCache:

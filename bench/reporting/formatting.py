@@ -1,7 +1,17 @@
 """How numbers are written in the tables: a mean ± sd cell, a paired difference with its interval."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+
+
+def spread(std: float, digits: int) -> str:
+    """An sd with ``digits`` decimals, or with its first significant figure where that many would print
+    0 (99.1 ± 0.05 beside an interval of ± 0.3, not ± 0.0)."""
+    if 0 < std < 0.5 * 10 ** -digits:
+        digits = -math.floor(math.log10(std))
+    return f"{std:.{digits}f}"
 
 
 def mean_std(mean, std, scale: float, digits: int) -> str:

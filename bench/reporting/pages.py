@@ -23,7 +23,7 @@ import markupsafe
 import pandas as pd
 
 from bench.evaluation.catalog import PAIRED, shown_in
-from bench.reporting.formatting import format_difference, mean_std
+from bench.reporting.formatting import format_difference, mean_std, spread
 from bench.reporting.paired import paired_metric
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -163,7 +163,7 @@ def paper_table(path: Path) -> Table | None:
             text = f"{word}: Δ {r['verdict_diff']:+.{d}f} [{r['verdict_low']:+.{d}f}, {r['verdict_high']:+.{d}f}]"
         else:
             text = f"{verdict}: {r.get('verdict_note') or ''}".strip(": ") if verdict else "-"
-        harness = (f"{r['harness_mean']:.{d}f} ± {r['harness_std'] if _is_number(r['harness_std']) else 0:.{d}f} "
+        harness = (f"{r['harness_mean']:.{d}f} ± {spread(r['harness_std'] if _is_number(r['harness_std']) else 0, d)} "
                    f"({int(r['harness_n'])})" if _is_number(r.get("harness_mean")) else "-")
         paper = (f"{r['paper_mean']:.{d}f}" + (f" ± {r['paper_std']:.{d}f}" if _is_number(r.get("paper_std")) else "")
                  if _is_number(r.get("paper_mean")) else "-")

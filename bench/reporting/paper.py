@@ -26,8 +26,8 @@ from bench.evaluation.columns import ood_column
 from bench.models.registry import ARCH_OPTIONS, ARCHITECTURES
 from bench.store import write_csv
 from bench.reporting.paired import pair
-from bench.reporting.formatting import format_difference
-from bench.reporting.published import PUBLISHED_METRICS, PublishedTable, load_published
+from bench.reporting.formatting import format_difference, spread
+from bench.reporting.published import PUBLISHED_METRICS, PublishedTable, load_published, option_text
 from bench.reporting.verdicts import format_verdict, verdict
 
 AUROC = "auroc_pct"
@@ -142,11 +142,8 @@ OPTIONS_DIFFER = "method options differ from the published row's"
 def options_differ(row: pd.Series, wanted: dict[str, str]) -> str:
     """Why a summary row's method options are not those the card pins for its published row
     ('members=5, published 10'), or ''. An option the row does not hold (no such column) is not judged."""
-    def text(value) -> str:
-        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-    off = [f"{name}={text(row.get(name))}, published {value}" for name, value in wanted.items()
-           if row.get(name) is not None and row.get(name) == row.get(name) and text(row.get(name)) != value]
+    off = [f"{name}={option_text(row.get(name))}, published {value}" for name, value in wanted.items()
+           if row.get(name) is not None and row.get(name) == row.get(name) and option_text(row.get(name)) != value]
     return f"{OPTIONS_DIFFER} (" + "; ".join(off) + ")" if off else ""
 
 
@@ -214,12 +211,8 @@ def _selected(by_seed: str) -> str:
 def _cell(mean: float, std: float, n, digits: int = 1) -> str:
     if mean != mean:
         return "-"
-    if std == std and 0 < std < 0.5 * 10 ** -digits:  # a spread that would print as 0.0: its first figure
-        digits_sd = -math.floor(math.log10(std))
-        spread = f" ± {std:.{digits_sd}f}"
-    else:
-        spread = "" if std != std else f" ± {std:.{digits}f}"
-    return f"{mean:.{digits}f}{spread}" + (f" ({n})" if n else "")
+    sd = "" if std != std else f" ± {spread(std, digits)}"
+    return f"{mean:.{digits}f}{sd}" + (f" ({n})" if n else "")
 
 
 def _paired_cell(r: pd.Series, key: str, digits: int = 1) -> str:
@@ -383,7 +376,7 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
     if in_distribution not in set(published.cells["in_distribution"]):
         raise ConfigError(f"published table {published.name} has no cells with in-distribution set '{in_distribution}' "
-                          f"(it has {', '.join(dict.fromkeys(published.cells['in_distribution']))}): no paper table written")
+                          f"(it has {', '.join(dict.fromkeys(published.cells['in_distribution'])) or 'none'}): no paper table written")
     unscored = {reason.split(":")[0] for reason in skipped or []}  # an OOD set the runs could not score
     table = build_paper_table(summary, published, in_distribution, runs, unscored)
     notes = _notes(table, published, in_distribution, runs is not None)

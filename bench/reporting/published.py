@@ -117,6 +117,11 @@ def _resolution(value: str) -> float:
     return 0.5 * 10 ** -decimals
 
 
+def option_text(value) -> str:
+    """A method option's value as cards and rows compare it: 10 and 10.0 read alike."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def _card(path: Path) -> dict:
     if not path.is_file():
         return {}
@@ -133,5 +138,6 @@ def _card(path: Path) -> dict:
         raise ConfigError(f"published table card {path}: [protocol] names {', '.join(unknown)}, not a protocol field "
                           f"(known: {', '.join(sorted(fields))})")
     card["protocol"] = {k: str(v) for k, v in card.get("protocol", {}).items()}
-    card["options"] = {m: {k: str(v) for k, v in values.items()} for m, values in card.get("options", {}).items()}
+    # 10 and 10.0 read alike, as options_differ writes a row's value
+    card["options"] = {m: {k: option_text(v) for k, v in values.items()} for m, values in card.get("options", {}).items()}
     return {k: tuple(v) if isinstance(v, list) else v for k, v in card.items()}

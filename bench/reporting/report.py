@@ -23,7 +23,7 @@ from bench.reporting.formatting import format_difference, mean_std
 from bench.reporting import pages as pages_module, shift_tables
 from bench.reporting.paired import paired_table, bootstrap_table, paired_metric
 from bench.reporting.paper import write_paper_table
-from bench.reporting.published import available_tables
+from bench.reporting.published import available_tables, load_published
 
 PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
 
@@ -136,8 +136,27 @@ def report_folder(store: RunStore, tables: FolderTables, plots: bool = True, ech
     default that of the first shipped preset among the runs that names one. Every command that renders
     a folder renders it this way, so the same records give the same files."""
     runs = without_candidates(sorted_runs(tables.runs))
-    return write_report(store, runs, tables.keys, tables.shift, plots, compare_to=compare_to or preset_table(runs),
-                        echo=echo)
+    table = compare_to or preset_table(runs)
+    gap = table_gap(table, runs) if table else ""
+    if gap and compare_to:  # asked for: refused before anything is written
+        raise ConfigError(gap)
+    if gap:  # the preset's table does not fit these runs (another ID set): the rest of the report stands
+        echo(f"note: no paper table: {gap}")
+    return write_report(store, runs, tables.keys, tables.shift, plots, compare_to=None if gap else table, echo=echo)
+
+
+def table_gap(table: str, runs: pd.DataFrame) -> str:
+    """Why the runs cannot be set beside the published ``table`` (several ID sets, or one it has no
+    cells for), or ''."""
+    present = list(dict.fromkeys(map(str, runs.get("id_dataset", []))))
+    if len(present) > 1:
+        return (f"the runs hold in-distribution sets {', '.join(present)}: `python -m bench paper-table "
+                "--in-distribution SET` sets one beside the published table")
+    cells = load_published(table).cells
+    if present and present[0] not in set(cells["in_distribution"]):
+        return (f"published table {table} has no cells with in-distribution set '{present[0]}' (it has "
+                f"{', '.join(dict.fromkeys(cells['in_distribution'])) or 'none'})")
+    return ""
 
 
 def preset_table(runs: pd.DataFrame) -> str | None:

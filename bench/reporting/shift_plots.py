@@ -104,7 +104,7 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
     records, _ = store.scan()
     datasets = id_datasets(records)
     generated = tuple(n for n in ood_sets.generated() if ood is None or n in ood)
-    rows = gallery_rows(datasets, names or list(shifts.SHIFTS), generated)
+    rows = gallery_rows(datasets, names, generated)
     if not rows:
         return None
     width = max([len(shifts.SHIFTS[n].levels) for _, n in rows if n != "OOD"] + [len(generated), 1])
@@ -131,8 +131,8 @@ def shift_gallery(path: Path, store: RunStore, names: list[str], data_dir: Path,
                 spine.set_color("0.6"), spine.set_linewidth(0.5)
         axes[r][0].axis("off")
     fig.suptitle("the shift suite on the first ID test image (a row per shift, its levels left to right; random "
-                 "corruptions drawn for this image alone, so the kind, not the exact pixels scored) and the first "
-                 "image of each generated OOD set (as scored)", fontsize=7)
+                 "corruptions drawn for this image alone, so the kind, not the exact pixels scored)"
+                 + (" and the first image of each generated OOD set (as scored)" if generated else ""), fontsize=7)
     fig.tight_layout(pad=0.3, rect=(0, 0, 1, 0.985))
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)

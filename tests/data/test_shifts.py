@@ -185,3 +185,4 @@ def test_the_gallery_has_no_row_for_a_shift_that_does_not_apply_to_a_dataset():
         ("fashion_mnist", "rotation"), ("fashion_mnist", "OOD")]
     assert gallery_rows(["mnist"], ["sklearn_digits"], ("inverted",)) == [("mnist", "sklearn_digits"), ("mnist", "OOD")]
     assert gallery_rows(["mnist"], ["sklearn_digits"]) == [("mnist", "sklearn_digits")]  # no generated set scored
+    assert gallery_rows(["mnist"], []) == []  # --shifts none, no generated set: no gallery

@@ -1,6 +1,7 @@
 """`bench evaluate`: stored runs scored again from their weights, without retraining."""
 import io
 import json
+import os
 import shutil
 
 import numpy as np
@@ -98,8 +99,10 @@ def test_evaluate_twice_gives_the_same_records_the_second_time_from_the_shift_ca
     assert main([*args, "--cache-dir", "none"]) == 0  # drawn afresh: the same
     assert records() == first
     rendered.letters.cache_clear()  # as in a new process: the letters go to --cache-dir's folder too
+    session_cache = os.environ["DARE_BENCH_CACHE"]
     assert main([*args[:-4], "--ood-sets", "letters", "--shifts", "none", "--cache-dir", str(cache)]) == 0
     assert len(list(cache.glob("letters-10000-seed0-*.npz"))) == 1
+    assert os.environ["DARE_BENCH_CACHE"] == session_cache  # as it was before the call
 
 
 def test_a_run_without_weights_is_named_in_one_line(stored, tiny_data, tmp_path, capsys):

@@ -140,9 +140,20 @@ def test_paper_table_command_writes_csv_markdown_and_figure(tiny_data, tmp_path,
     assert main(["paper-table", "--out", str(out), "--published", str(mnist_only)]) == 2
     assert "has no cells with in-distribution set 'fashion_mnist' (it has mnist)" in capsys.readouterr().err
     assert (out / "paper_table.csv").read_bytes() == before
+    summary_md = (out / "summary.md").read_bytes()  # report --compare-to it: refused before the report is rewritten
+    (out / "summary.md").write_bytes(summary_md + b"marker")
+    assert main(["report", "--out", str(out), "--no-plots", "--compare-to", str(mnist_only)]) == 2
+    assert (out / "summary.md").read_bytes().endswith(b"marker")
+    from bench.reporting.report import table_gap  # the preset's own table that does not fit: a note, no refusal
+    runs = pd.read_csv(out / "runs.csv")
+    assert table_gap(str(mnist_only), runs) == (f"published table {mnist_only} has no cells with in-distribution set "
+                                                "'fashion_mnist' (it has mnist)")
+    assert table_gap("dare_table3", runs) == ""
+    assert "--in-distribution SET" in table_gap("dare_table3", pd.concat([runs, runs.assign(id_dataset="mnist")]))
+    capsys.readouterr()
     assert main(["report", "--out", str(out), "--no-plots", "--compare-to", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--compare-to nope: neither a published table (dare_table3, ub_lenet5" in err
+    assert err.count("\n") == 1 and "--compare-to nope: no published table of that name (dare_table3, ub_lenet5" in err
 
 
 def test_figure_rows_that_share_a_label_are_told_apart_by_what_differs():

@@ -11,7 +11,7 @@ from bench import api
 from bench.config import available_presets, load_preset
 from bench.errors import ConfigError
 from bench.reporting.paper import build_paper_table, figure_rows, format_markdown
-from bench.reporting.published import PUBLISHED_METRICS, available_tables, load_published
+from bench.reporting.published import PUBLISHED_METRICS, available_tables, load_published, option_text
 from bench.reporting.verdicts import INSIDE, NOT_COMPARABLE, OUTSIDE, format_verdict, verdict
 
 T_975_2 = 4.302652729911275  # Student's t, 0.975 quantile, 2 degrees of freedom
@@ -141,6 +141,7 @@ def test_a_row_with_other_method_options_than_the_card_pins_gets_no_verdict():
     assert acc.loc["five", "verdict_note"] == "method options differ from the published row's (members=5, published 10)"
     names, other = figure_rows(table)
     assert list(other[:3]) == [False, True, False] and names[1].endswith("\n(other options: n/c)")
+    assert option_text(10.0) == option_text(10) == "10" and option_text(0.5) == "0.5"  # a card's 10.0 is 10
 
 
 def test_the_dare_table_judges_the_papers_mlp_and_not_lenet_members_or_heads_on_a_trunk():
