@@ -360,6 +360,16 @@ def write_comparison(out: Path, reference: Path) -> tuple[pd.DataFrame, Path]:
     return table, path
 
 
+def missing_cells(published: PublishedTable, in_distribution: str, name: str = "") -> str:
+    """Why ``published`` (called ``name``, else its own) cannot stand beside runs of ``in_distribution``
+    (it has no cells for it), or ''."""
+    present = list(dict.fromkeys(published.cells["in_distribution"]))
+    if in_distribution in present:
+        return ""
+    return (f"published table {name or published.name} has no cells with in-distribution set '{in_distribution}' "
+            f"(it has {', '.join(present) or 'none'})")
+
+
 def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
                       in_distribution: str | None = None, skipped: list[str] | None = None,
                       runs: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[Path]]:
@@ -374,9 +384,8 @@ def write_paper_table(summary: pd.DataFrame, out: Path, published_name: str,
     if in_distribution not in set(summary.get("id_dataset", [])):
         raise ConfigError(f"no finished runs with in-distribution set '{in_distribution}' in {out} "
                           f"(present: {', '.join(map(str, dict.fromkeys(summary.get('id_dataset', [])))) or 'none'})")
-    if in_distribution not in set(published.cells["in_distribution"]):
-        raise ConfigError(f"published table {published.name} has no cells with in-distribution set '{in_distribution}' "
-                          f"(it has {', '.join(dict.fromkeys(published.cells['in_distribution'])) or 'none'}): no paper table written")
+    if missing := missing_cells(published, in_distribution):
+        raise ConfigError(f"{missing}: no paper table written")
     unscored = {reason.split(":")[0] for reason in skipped or []}  # an OOD set the runs could not score
     table = build_paper_table(summary, published, in_distribution, runs, unscored)
     notes = _notes(table, published, in_distribution, runs is not None)

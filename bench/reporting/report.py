@@ -22,7 +22,7 @@ from bench.tables import FolderTables, parse_skipped, sorted_runs, summarize, wi
 from bench.reporting.formatting import format_difference, mean_std
 from bench.reporting import pages as pages_module, shift_tables
 from bench.reporting.paired import paired_table, bootstrap_table, paired_metric
-from bench.reporting.paper import write_paper_table
+from bench.reporting.paper import missing_cells, write_paper_table
 from bench.reporting.published import available_tables, load_published
 
 PROTOCOL_COLUMNS = [f.name for f in dataclasses.fields(Protocol)]
@@ -152,11 +152,7 @@ def table_gap(table: str, runs: pd.DataFrame) -> str:
     if len(present) > 1:
         return (f"the runs hold in-distribution sets {', '.join(present)}: `python -m bench paper-table "
                 "--in-distribution SET` sets one beside the published table")
-    cells = load_published(table).cells
-    if present and present[0] not in set(cells["in_distribution"]):
-        return (f"published table {table} has no cells with in-distribution set '{present[0]}' (it has "
-                f"{', '.join(dict.fromkeys(cells['in_distribution'])) or 'none'})")
-    return ""
+    return missing_cells(load_published(table), present[0], table) if present else ""
 
 
 def preset_table(runs: pd.DataFrame) -> str | None:
